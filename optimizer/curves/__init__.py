@@ -1,0 +1,13 @@
+"""Analytic cost curves: pure functions on numbers and arrays, no optimizer, no I/O.
+
+shapes       model, hardware, efficiency and replica descriptions (base units)
+memory       KV bytes per token, KV budget, concurrency ceiling
+roofline     prefill time, decode step time, TP/EP communication
+batching     decode operating point under ITL, batching knee, price floor
+speculative  expected tokens per step, break-even acceptance
+cache        prompt-cache savings and its KV share
+queueing     Erlang C, Allen–Cunneen p99 wait, SLO capacity f(n)
+transfer     disaggregated KV transfer
+economics    $/M tokens, reserved vs on-demand, owned TCO, tokens/s per MW
+lengths      prompt/output length distributions and service-time moments
+"""

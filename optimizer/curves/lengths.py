@@ -1,0 +1,64 @@
+"""Prompt and output length distributions, and the service-time moments they imply.
+
+A length with mean m and 99th percentile p is modelled as lognormal, ln X ~ N(μ, σ²), with
+    m = exp(μ + σ²/2),   p = exp(μ + z·σ),  z = Φ⁻¹(0.99) = 2.3263
+so σ solves σ²/2 − z·σ + ln(p/m) = 0:  σ = z − sqrt(z² − 2·ln(p/m)), μ = ln m − σ²/2.
+(Requires p/m ≤ exp(z²/2) ≈ 14.9; p = m gives a constant length.) Lengths are clipped to
+[1, max] tokens when sampled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import norm
+
+Z99 = float(norm.ppf(0.99))
+MAX_P99_OVER_MEAN = float(np.exp(Z99 * Z99 / 2.0))
+
+
+@dataclass(frozen=True)
+class LengthDistribution:
+    mean_tokens: float
+    p99_tokens: float
+    max_tokens: float = float("inf")
+
+    @property
+    def sigma(self) -> float:
+        ratio = self.p99_tokens / self.mean_tokens
+        if ratio <= 1.0:
+            return 0.0
+        return Z99 - float(np.sqrt(Z99 * Z99 - 2.0 * np.log(ratio)))
+
+    @property
+    def mu(self) -> float:
+        return float(np.log(self.mean_tokens) - self.sigma**2 / 2.0)
+
+    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        """Integer lengths drawn from the lognormal, clipped to [1, max_tokens]."""
+        x = rng.lognormal(self.mu, self.sigma, size) if self.sigma > 0 else np.full(size, self.mean_tokens)
+        return np.clip(np.rint(x), 1, self.max_tokens).astype(np.int64)
+
+    def quantile_grid(self, points: int = 400) -> np.ndarray:
+        """Lengths at evenly spaced probabilities (midpoints), for deterministic expectations."""
+        probs = (np.arange(points) + 0.5) / points
+        x = np.exp(self.mu + self.sigma * norm.ppf(probs))
+        return np.clip(x, 1.0, self.max_tokens)
+
+
+def service_moments(service_time_of, lengths: LengthDistribution, hit_rate: float, cached_tokens_on_hit: float):
+    """Mean and squared coefficient of variation of a service time that depends on the
+    prompt length s and on whether the prompt cache hits (probability h):
+
+        E[S]  = h·E[S(s, hit)] + (1 − h)·E[S(s, miss)],   c_s² = Var[S] / E[S]².
+
+    ``service_time_of(tokens, cached_tokens)`` is evaluated on a quantile grid of s.
+    """
+    grid = lengths.quantile_grid()
+    miss = np.asarray(service_time_of(grid, np.zeros_like(grid)))
+    hit = np.asarray(service_time_of(grid, np.minimum(grid, cached_tokens_on_hit)))
+    mean = hit_rate * hit.mean() + (1 - hit_rate) * miss.mean()
+    second = hit_rate * (hit**2).mean() + (1 - hit_rate) * (miss**2).mean()
+    scv = max(second / (mean * mean) - 1.0, 0.0)
+    return float(mean), float(scv)

@@ -1,0 +1,167 @@
+"""Prefill and decode time from the roofline, with tensor/expert-parallel communication
+(curves 3–4 and the MoE all-to-all).
+
+Symbols: N params (N_a active), L layers, n_h query heads, (d_qk, d_v) attention dims per
+head, kv bytes per token, β_w bytes per weight, p GPUs per replica, F dense FLOP/s,
+B HBM bytes/s, η_c / η_m compute / memory efficiencies, τ₀ per-step overhead.
+
+Where memory and compute times are comparable (near the ridge point) kernels overlap them
+imperfectly, so the two are combined with a smooth maximum
+    smax(a, b) = (a^q + b^q)^(1/q),
+which is the pure max() for q → ∞ and costs 2^(1/q) × max at the ridge itself. q is the
+`roofline_sharpness` efficiency setting, calibrated against published measurements in
+`benchmarks/curves_vs_published.py`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from optimizer.curves.memory import kv_replication
+from optimizer.curves.shapes import ModelShape, Replica
+
+
+def smooth_max(a, b, sharpness: float):
+    """(a^q + b^q)^(1/q); the pure maximum when q is infinite."""
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    if np.isinf(sharpness):
+        return np.maximum(a, b)
+    top = np.maximum(np.maximum(a, b), 1e-300)
+    return top * ((a / top) ** sharpness + (b / top) ** sharpness) ** (1.0 / sharpness)
+
+
+def prefill_flops(model: ModelShape, tokens, cached_tokens=0):
+    """FLOPs to prefill ``tokens`` of which the first ``cached_tokens`` are in the prompt cache.
+
+    FLOPs = 2·N_a·(s − s_c) + L·n_h·(d_qk + d_v)·(s² − s_c²)
+    (linear layers on new tokens; causal attention of the new queries over all keys, each
+    query–key pair costing 2·d_qk for the score and 2·d_v for the value product, halved by
+    causality).
+    """
+    s = np.asarray(tokens, dtype=float)
+    sc = np.minimum(np.asarray(cached_tokens, dtype=float), s)
+    d_qk, d_v = model.attention_dims
+    linear = 2.0 * model.params_active * (s - sc)
+    attention = model.layers * model.heads * (d_qk + d_v) * (s * s - sc * sc)
+    return linear + attention
+
+
+def collective_time_s(replica: Replica, tokens):
+    """Communication per forward pass of ``tokens`` tokens across the p GPUs of a replica.
+
+    Ring all-reduce of m bytes: α + 2(p−1)/p · m / bw.  Dense models do two per layer
+    (attention and MLP outputs) of m = tokens·hidden·β_act.  MoE models do one all-reduce
+    (attention) and an all-to-all dispatch + combine per layer, each GPU sending
+    tokens·k·hidden·β_act/p · (p−1)/p bytes each way.  bw is the scale-up link when the
+    replica fits the scale-up domain, else the scale-out NIC (`Replica.link_bytes_per_s`).
+    In decode the 2·L latency terms dominate — why achieved MBU falls as p grows.
+    """
+    p = replica.gpus
+    t = np.asarray(tokens, dtype=float)
+    if p <= 1:
+        return np.zeros_like(t)
+    m = replica.model
+    bw = replica.link_bytes_per_s
+    alpha = replica.eff.collective_latency_s
+    message = t * m.hidden * replica.activation_bytes_per_value
+    allreduce = alpha + 2.0 * (p - 1) / p * message / bw
+    if not m.is_moe:
+        return 2.0 * m.layers * allreduce
+    per_gpu = message * m.experts_per_token / p * (p - 1) / p
+    alltoall = 2.0 * (alpha + per_gpu / bw)
+    return m.layers * (allreduce + alltoall)
+
+
+def prefill_time_s(replica: Replica, tokens, cached_tokens=0):
+    """Time to prefill one prompt (sets TTFT):
+
+    max_smooth(FLOPs(s) / (p·F·η_c),  N·β_w / (p·B·η_m)) + TP/EP communication.
+    """
+    p = replica.gpus
+    flops = prefill_flops(replica.model, tokens, cached_tokens)
+    compute = flops / (p * replica.hw.dense_flops_per_s * replica.eff.prefill_mfu)
+    memory = replica.weight_bytes / (p * replica.hw.hbm_bytes_per_s * replica.eff.decode_mbu)
+    new_tokens = np.maximum(np.asarray(tokens, dtype=float) - np.asarray(cached_tokens, dtype=float), 1.0)
+    return smooth_max(compute, memory, replica.eff.roofline_sharpness) + collective_time_s(replica, new_tokens)
+
+
+def weight_bytes_read(replica: Replica, tokens_in_step):
+    """Weights one decode step reads.
+
+    Dense: all of N·β_w. MoE: the always-read part plus the distinct experts the step's
+    tokens route to; with E experts, top-k routing and T tokens the expected share of
+    experts touched per layer is 1 − (1 − k/E)^T, so small batches read few experts.
+    """
+    m = replica.model
+    beta = replica.weight_bytes_per_param
+    if not m.is_moe:
+        return np.full_like(np.asarray(tokens_in_step, dtype=float), m.params_total * beta)
+    t = np.asarray(tokens_in_step, dtype=float)
+    touched = 1.0 - (1.0 - m.experts_per_token / m.experts) ** t
+    return (m.params_always_read + m.experts * m.params_per_expert * touched) * beta
+
+
+def decode_step_parts(replica: Replica, batch, context_tokens, tokens_per_sequence=1):
+    """(memory s, compute s, communication s) of one decode step; see `decode_step_time_s`."""
+    m = replica.model
+    p = replica.gpus
+    b = np.asarray(batch, dtype=float)
+    c = np.asarray(context_tokens, dtype=float)
+    tokens = b * tokens_per_sequence
+    kv_read = b * c * replica.kv_bytes_per_token * kv_replication(m, p)
+    memory = (weight_bytes_read(replica, tokens) + kv_read) / (
+        p * replica.hw.hbm_bytes_per_s * replica.eff.decode_mbu
+    )
+    d_qk, d_v = m.attention_dims
+    flops = 2.0 * m.params_active * tokens + tokens * m.layers * m.heads * (d_qk + d_v) * 2.0 * c
+    compute = flops / (p * replica.hw.dense_flops_per_s * replica.eff.decode_mfu)
+    return memory, compute, collective_time_s(replica, tokens)
+
+
+def decode_step_time_s(replica: Replica, batch, context_tokens, tokens_per_sequence=1):
+    """One decode step for ``batch`` sequences of mean context c (curve 4):
+
+    τ₀ + smax((W_read(b·q) + b·c·kv·r) / (p·B·η_m),
+              (2·N_a·b·q + b·q·L·n_h·(d_qk + d_v)·2c) / (p·F·η_c)) + comms(b·q)
+
+    q = tokens per sequence verified in the step (1 normally, k+1 for speculative verify);
+    r = KV replication across the p GPUs. Per-user ITL = step; replica tokens/s = b / step.
+    """
+    memory, compute, comms = decode_step_parts(replica, batch, context_tokens, tokens_per_sequence)
+    return replica.eff.step_overhead_s + smooth_max(memory, compute, replica.eff.roofline_sharpness) + comms
+
+
+def decode_floor_s(replica: Replica):
+    """The physical floor of a decode step: the weights a one-token step must read over the
+    replica's bandwidth, N_read(1)·β_w / (p·B·η_m). No batch or context makes a step shorter."""
+    return float(weight_bytes_read(replica, 1.0)) / (
+        replica.gpus * replica.hw.hbm_bytes_per_s * replica.eff.decode_mbu
+    )
+
+
+def mixed_step_time_s(replica: Replica, batch, context_tokens, chunk_tokens, chunk_context_tokens):
+    """One colocated iteration (chunked prefill): decode ``batch`` sequences and prefill a
+    chunk of C prompt tokens whose first ``chunk_context_tokens`` are already in KV:
+
+    τ₀ + smax(mem_decode(b) + ctx·kv·r/(p·B·η_m),
+              comp_decode(b) + FLOPs(ctx + C | ctx cached)/(p·F·η_c,prefill)) + comms(b + C)
+
+    This is the iteration a decode token waits for whenever a prompt is being prefilled
+    beside it — the ITL interference of colocated serving.
+    """
+    m = replica.model
+    p = replica.gpus
+    memory, compute, _ = decode_step_parts(replica, batch, context_tokens)
+    ctx = np.asarray(chunk_context_tokens, dtype=float)
+    chunk_flops = prefill_flops(m, ctx + chunk_tokens, ctx)
+    compute = compute + chunk_flops / (p * replica.hw.dense_flops_per_s * replica.eff.prefill_mfu)
+    memory = memory + ctx * replica.kv_bytes_per_token * kv_replication(m, p) / (
+        p * replica.hw.hbm_bytes_per_s * replica.eff.decode_mbu
+    )
+    tokens = np.asarray(batch, dtype=float) + chunk_tokens
+    return (
+        replica.eff.step_overhead_s
+        + smooth_max(memory, compute, replica.eff.roofline_sharpness)
+        + collective_time_s(replica, tokens)
+    )

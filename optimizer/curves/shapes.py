@@ -1,0 +1,134 @@
+"""Plain physical descriptions the curves work on: a model, a GPU, efficiencies, a replica.
+
+Everything here is in base units (parameters as counts, bytes, FLOP/s, bytes/s, seconds) so
+the formulas in the other curve modules read as written in DESIGN.md. The scenario layer
+(`optimizer.configs`) converts catalogue rows (billions, GB, TB/s, ms) into these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Architecture of a transformer, as the roofline needs it.
+
+    For MoE models the routed experts are ``experts`` per layer with ``experts_per_token``
+    active; ``params_total`` drives memory, ``params_active`` drives FLOPs.
+    Attention is ``gqa`` (grouped-query; MHA is gqa with kv_heads = heads) or ``mla``
+    (multi-head latent attention: one latent of ``kv_lora_rank`` plus a rotary part of
+    ``qk_rope_head_dim`` is cached per token and layer).
+    """
+
+    params_total: float
+    params_active: float
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    attention: str = "gqa"
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    experts: int = 0
+    experts_per_token: int = 0
+    max_context: int = 131_072
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0 and self.experts_per_token > 0
+
+    @property
+    def kv_values_per_token_per_layer(self) -> int:
+        """GQA: 2·n_kv·d_h (K and V); MLA: r_kv + d_rope (one latent plus rotary key)."""
+        if self.attention == "mla":
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.kv_heads * self.head_dim
+
+    @property
+    def attention_dims(self) -> tuple[int, int]:
+        """(d_qk, d_v) per head as seen by the attention matmuls.
+
+        MLA in its absorbed (decode) form scores against the latent plus the rotary part and
+        reads values from the latent.
+        """
+        if self.attention == "mla":
+            return self.kv_lora_rank + self.qk_rope_head_dim, self.kv_lora_rank
+        return self.head_dim, self.head_dim
+
+    @cached_property
+    def params_per_expert(self) -> float:
+        """Parameters of one routed expert over all layers: e = (N − N_a) / (E − k)."""
+        if not self.is_moe:
+            return 0.0
+        return (self.params_total - self.params_active) / (self.experts - self.experts_per_token)
+
+    @cached_property
+    def params_always_read(self) -> float:
+        """Parameters every token touches (attention, embeddings, shared experts): N − E·e."""
+        return self.params_total - self.experts * self.params_per_expert
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One accelerator at the serving precision.
+
+    ``scaleup_bytes_per_s`` is one direction per GPU (half the bidirectional figure
+    vendors quote); ``nic_bytes_per_s`` is the scale-out bandwidth per GPU.
+    """
+
+    dense_flops_per_s: float
+    hbm_bytes: float
+    hbm_bytes_per_s: float
+    scaleup_domain_gpus: int
+    scaleup_bytes_per_s: float
+    nic_bytes_per_s: float
+    gpus_per_node: int
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Achieved fractions of peak and fixed costs; values and reasons live in
+    `optimizer.scenario.Serving` (the one place defaults are stated)."""
+
+    prefill_mfu: float
+    decode_mbu: float
+    decode_mfu: float
+    step_overhead_s: float
+    usable_hbm_fraction: float
+    workspace_bytes_per_gpu: float
+    collective_latency_s: float
+    link_efficiency: float
+    roofline_sharpness: float
+
+
+@dataclass(frozen=True)
+class Replica:
+    """A model served on ``gpus`` accelerators (tensor/expert parallel degree p)."""
+
+    model: ModelShape
+    hw: Hardware
+    eff: Efficiency
+    gpus: int
+    weight_bytes_per_param: float = 2.0
+    kv_bytes_per_value: float = 2.0
+    activation_bytes_per_value: float = 2.0
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.model.params_total * self.weight_bytes_per_param
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        return self.model.layers * self.model.kv_values_per_token_per_layer * self.kv_bytes_per_value
+
+    @property
+    def link_bytes_per_s(self) -> float:
+        """Bandwidth a collective sees: the scale-up link (NVLink, Infinity Fabric, or PCIe
+        where a part has no such link) while the replica stays inside one node or scale-up
+        domain, else the scale-out NIC."""
+        if self.gpus <= max(self.hw.scaleup_domain_gpus, self.hw.gpus_per_node):
+            return self.hw.scaleup_bytes_per_s * self.eff.link_efficiency
+        return self.hw.nic_bytes_per_s * self.eff.link_efficiency

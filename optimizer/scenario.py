@@ -1,0 +1,906 @@
+"""A scenario: every input of a plan, typed and validated (pydantic).
+
+A scenario is a YAML file. Each table (accelerators, models, prices, owned, metros, sites,
+supply, workloads, diurnal) may be
+
+* omitted — the shipped catalogue in ``data/`` is used;
+* a list of ids — those rows of the catalogue;
+* a CSV path (relative to the YAML) or a list of inline rows — used instead of the catalogue;
+* a mapping ``{csv: PATH, ids: [...], rows: [...], patch: {id: {field: value}}}`` — a base
+  (the CSV, else the catalogue), filtered to ``ids``, with ``rows`` added or replaced whole
+  and ``patch`` merged field by field.
+
+Loading goes in three steps, so that overrides and sweeps share one mechanism:
+`load_raw` (files → plain, JSON-able data with the origin of every row), `apply_overrides`
+(``--set`` dotted paths), `validate` (→ `Scenario`). Errors name the file, the row and the
+field and say what was expected.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from optimizer.errors import Origin, ScenarioError, unknown_id_message
+from optimizer.sources import LineDict, Row, read_csv, read_yaml
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+REFERENCE_SCENARIO = DATA_DIR / "scenarios" / "reference.yaml"
+HOURS_PER_DAY = 24
+DAYS_PER_YEAR = 365
+
+
+# --------------------------------------------------------------------------- field types
+
+
+def _fraction_check(value: float, name: str) -> float:
+    if 1.0 < value <= 100.0:
+        raise ValueError(f"expected a fraction between 0 and 1; {value} looks like a percentage — write {value / 100:g}")
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"expected a fraction between 0 and 1, got {value}")
+    return value
+
+
+def _latency_ms_check(value: float) -> float:
+    if 0 < value < 5:
+        raise ValueError(
+            f"expected milliseconds; {value} looks like seconds — write {value * 1000:g} for {value} s"
+        )
+    return value
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+
+
+class _Catalogued(_Strict):
+    """Provenance every shipped row carries: where the figures come from, and when."""
+
+    source: str | None = Field(None, description="citation for the figures of this row")
+    as_of: date | None = Field(None, description="date the source states for its figures")
+    assumed_fields: str | None = Field(None, description="semicolon-separated fields whose values are assumptions")
+
+
+# --------------------------------------------------------------------------- catalogue rows
+
+
+class Accelerator(_Catalogued):
+    id: str
+    name: str
+    vendor: str
+    bf16_dense_tflops: float = Field(gt=0)
+    fp8_dense_tflops: float | None = Field(None, gt=0, description="empty where FP8 is not supported")
+    hbm_gb: float = Field(gt=0)
+    hbm_tb_s: float = Field(gt=0)
+    tdp_w: float = Field(gt=0)
+    gpus_per_node: int = Field(gt=0)
+    node_kw: float = Field(gt=0, description="maximum IT power of one node")
+    scaleup_domain_gpus: int = Field(gt=0)
+    scaleup_gb_s: float = Field(gt=0, description="scale-up bandwidth per GPU, both directions")
+    nic_gbps_per_gpu: float = Field(gt=0, description="scale-out NIC bandwidth per GPU, Gb/s")
+
+
+class Model(_Catalogued):
+    id: str
+    name: str
+    total_params_b: float = Field(gt=0)
+    active_params_b: float = Field(gt=0)
+    layers: int = Field(gt=0)
+    hidden: int = Field(gt=0)
+    heads: int = Field(gt=0)
+    kv_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    attention: Literal["gqa", "mla"] = "gqa"
+    kv_lora_rank: int | None = Field(None, gt=0)
+    qk_rope_head_dim: int | None = Field(None, gt=0)
+    experts: int | None = Field(None, gt=0)
+    experts_per_token: int | None = Field(None, gt=0)
+    vocab: int | None = Field(None, gt=0)
+    max_context: int = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.active_params_b > self.total_params_b:
+            raise ValueError("active_params_b cannot exceed total_params_b")
+        if self.attention == "mla" and not (self.kv_lora_rank and self.qk_rope_head_dim):
+            raise ValueError("attention 'mla' needs kv_lora_rank and qk_rope_head_dim")
+        if (self.experts is None) != (self.experts_per_token is None):
+            raise ValueError("give both experts and experts_per_token, or neither")
+        if self.experts and self.experts_per_token >= self.experts:
+            raise ValueError("experts_per_token must be smaller than experts")
+        return self
+
+
+class Price(_Catalogued):
+    provider: str
+    gpu: str
+    ondemand_usd_per_gpu_hour: float = Field(gt=0)
+    reserved_1y_usd_per_gpu_hour: float | None = Field(None, gt=0)
+    reserved_3y_usd_per_gpu_hour: float | None = Field(None, gt=0)
+
+
+class Owned(_Catalogued):
+    gpu: str
+    capex_usd_per_node: float = Field(gt=0)
+    life_years: float = Field(gt=0)
+
+
+class Metro(_Catalogued):
+    id: str
+    name: str
+    country: str | None = None
+    continent: str | None = None
+    lat: float = Field(ge=-90, le=90)
+    lon: float = Field(ge=-180, le=180)
+    utc_offset_hours: float = Field(ge=-12, le=14)
+    population: float = Field(ge=0)
+    demand_weight: float | None = Field(None, ge=0, description="relative demand; default population in millions")
+
+    @property
+    def weight(self) -> float:
+        return self.demand_weight if self.demand_weight is not None else self.population / 1e6
+
+
+class Site(_Catalogued):
+    id: str
+    name: str
+    metro: str
+    lat: float = Field(ge=-90, le=90)
+    lon: float = Field(ge=-180, le=180)
+    region: str = Field(description="fault domain")
+    power_mw: float = Field(gt=0, description="facility megawatts available to the fleet")
+    pue: float = Field(ge=1.0, le=3.0)
+    energy_usd_per_mwh: float = Field(ge=0)
+    colo_usd_per_kw_month: float = Field(ge=0)
+    price_multiplier: float = Field(1.0, gt=0)
+
+
+class Supply(_Catalogued):
+    site: str
+    gpu: str
+    reserved_nodes_max: int = Field(ge=0)
+    ondemand_nodes_max: int = Field(ge=0)
+
+
+class Workload(_Catalogued):
+    id: str
+    model: str
+    weight_dtype: Literal["bf16", "fp8"] = "bf16"
+    kv_dtype: Literal["bf16", "fp8"] = "bf16"
+    isl_mean_tokens: float = Field(gt=0)
+    isl_p99_tokens: float = Field(gt=0)
+    osl_mean_tokens: float = Field(gt=0)
+    osl_p99_tokens: float = Field(gt=0)
+    prompt_cache_hit_rate: float = 0.0
+    shared_prefix_tokens: float = Field(0.0, ge=0)
+    ttft_p99_ms: float = Field(gt=0)
+    itl_p99_ms: float = Field(gt=0)
+    slo_attainment: float = Field(0.99, description="fraction of requests that must meet both objectives")
+    diurnal_profile: str = "consumer"
+    peak_requests_per_s_per_million_people: float = Field(ge=0)
+    rationale: str | None = None
+
+    _frac = field_validator("prompt_cache_hit_rate")(lambda v: _fraction_check(v, "prompt_cache_hit_rate"))
+    _ms = field_validator("ttft_p99_ms", "itl_p99_ms")(lambda v: _latency_ms_check(v))
+
+    @field_validator("slo_attainment")
+    @classmethod
+    def _attainment(cls, v):
+        _fraction_check(v, "slo_attainment")
+        if not 0.5 <= v < 1.0:
+            raise ValueError(f"expected a fraction in [0.5, 1), e.g. 0.99 for p99; got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _lengths(self):
+        from optimizer.curves.lengths import MAX_P99_OVER_MEAN
+
+        for name in ("isl", "osl"):
+            mean = getattr(self, f"{name}_mean_tokens")
+            p99 = getattr(self, f"{name}_p99_tokens")
+            if p99 < mean:
+                raise ValueError(f"{name}_p99_tokens ({p99:g}) must be at least {name}_mean_tokens ({mean:g})")
+            if p99 > MAX_P99_OVER_MEAN * mean:
+                raise ValueError(
+                    f"{name}_p99_tokens is more than {MAX_P99_OVER_MEAN:.1f}× the mean; "
+                    "a lognormal length cannot have so heavy a tail"
+                )
+        return self
+
+
+# --------------------------------------------------------------------------- sections
+
+
+class Period(_Strict):
+    id: str
+    days: float = Field(gt=0)
+
+
+class DayType(_Strict):
+    id: str
+    share: float = Field(gt=0, le=1, description="share of the period's days of this type")
+    demand_multiplier: float = Field(1.0, ge=0)
+
+
+def _quarters() -> list[Period]:
+    return [Period(id="Q1", days=90), Period(id="Q2", days=91), Period(id="Q3", days=92), Period(id="Q4", days=92)]
+
+
+class Horizon(_Strict):
+    """Periods × day types × 24 representative hours; slice weight = days·share hours."""
+
+    periods: list[Period] = Field(default_factory=_quarters)
+    day_types: list[DayType] = Field(default_factory=lambda: [DayType(id="all", share=1.0)])
+
+    @model_validator(mode="after")
+    def _adds_up(self):
+        if not self.periods:
+            raise ValueError("the horizon has no periods (expected e.g. four quarters)")
+        ids = [p.id for p in self.periods]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"period ids must be unique, got {ids}")
+        days = sum(p.days for p in self.periods)
+        if abs(days - DAYS_PER_YEAR) > 1e-6:
+            raise ValueError(
+                f"periods add up to {days:g} days ({days * 24:g} h); a planning year has "
+                f"{DAYS_PER_YEAR} days (8,760 h)"
+            )
+        share = sum(d.share for d in self.day_types)
+        if abs(share - 1.0) > 1e-6:
+            raise ValueError(f"day_types shares add up to {share:g}; they must add up to 1")
+        return self
+
+
+class DemandRow(_Strict):
+    metro: str
+    workload: str
+    period: str
+    hour: int = Field(ge=0, le=23, description="UTC hour")
+    requests_per_s: float = Field(ge=0)
+    day_type: str | None = None
+
+
+class MixRow(_Strict):
+    metro: str
+    workload: str
+    multiplier: float = Field(ge=0)
+
+
+class Demand(_Strict):
+    """Requests/s per metro × workload × slice:
+    peak_rps_per_million · weight(metro) · mix · scale · diurnal(local hour) · day-type · (1+g)^period.
+    Or, given directly, ``table`` rows (metro, workload, period, hour, requests_per_s)."""
+
+    growth_per_period: float = Field(0.0, gt=-1, le=5, description="compound demand growth from one period to the next")
+    peak_to_mean_intra_hour: float = Field(1.2, ge=1, le=5, description="pools are sized for the hour's mean × this factor")
+    scale: float = Field(1.0, gt=0, description="multiplies every metro's demand")
+    mix: list[MixRow] = Field(default_factory=list, description="per (metro, workload) multipliers")
+    table: list[DemandRow] | None = Field(None, description="demand given directly (replaces the model above)")
+
+
+class NetworkSpec(_Strict):
+    """Default graph: every metro and site joined by an edge of one-way latency
+    great-circle km × route_factor / fiber_km_per_ms; users add access_rtt_ms."""
+
+    route_factor: float = Field(1.55, ge=1, le=4, description="path length over great-circle distance")
+    fiber_km_per_ms: float = Field(200.0, gt=0, description="light in fibre, one way")
+    site_rtt_ms: float = Field(2.0, ge=0, description="per-path switching and routing at the two ends, round trip")
+    access_rtt_ms: float = Field(5.0, ge=0, description="last-mile round trip at the user's end")
+    graph: str | None = Field(None, description="GraphML or edge CSV (from,to,one_way_ms) replacing the default graph")
+
+
+class Speculative(_Strict):
+    enabled: bool = True
+    draft_tokens: int = Field(3, ge=1, le=16)
+    acceptance_rate: float = Field(0.7, ge=0, le=1)
+    draft_cost_ratio: float = Field(0.1, gt=0, lt=1, description="draft step time / target step time")
+
+
+class Serving(_Strict):
+    """Efficiencies and overheads of the serving stack — the one place defaults live.
+
+    Reasons for each default (sources in ../shared/reference/FACTS.md §7.3, data/SOURCES.md):
+    - prefill_mfu 0.45: training-like workloads reach 30–50 % of peak [E17]; prefill is
+      large dense matmuls like training; middle of that band (assumed).
+    - decode_mbu 0.75: optimised stacks reach 70–85 % of HBM bandwidth in decode [R9]; the
+      low-middle of the band because TP communication is modelled separately.
+    - decode_mfu 0.40: compute-bound decode runs smaller matmuls than prefill (assumed,
+      below prefill_mfu).
+    - step_overhead_ms 1.5: scheduler, sampling and kernel launches per iteration with CUDA
+      graphs (assumed; order of published vLLM/TRT per-step overheads).
+    - usable_hbm_fraction 0.90: vLLM's default gpu_memory_utilization.
+    - workspace_gb_per_gpu 2: activations, CUDA graphs and fragmentation (assumed).
+    - collective_latency_us 15: DESIGN.md: ~10–20 µs per all-reduce on NVLink.
+    - link_efficiency 0.7: bus bandwidth NCCL reaches relative to link peak (assumed).
+    - roofline_sharpness 3: memory and compute overlap imperfectly near the ridge; calibrated
+      in benchmarks/curves_vs_published.py against MLPerf v4.1 (FACTS §7.1).
+    - itl_tail_factor 1.15: p99 step over mean step from batch composition and jitter (assumed).
+    """
+
+    prefill_mfu: float = Field(0.45, gt=0, le=1)
+    decode_mbu: float = Field(0.75, gt=0, le=1)
+    decode_mfu: float = Field(0.40, gt=0, le=1)
+    step_overhead_ms: float = Field(1.5, ge=0)
+    usable_hbm_fraction: float = Field(0.90, gt=0, le=1)
+    workspace_gb_per_gpu: float = Field(2.0, ge=0)
+    collective_latency_us: float = Field(15.0, ge=0)
+    link_efficiency: float = Field(0.7, gt=0, le=1)
+    roofline_sharpness: float = Field(3.0, ge=1)
+    itl_tail_factor: float = Field(1.15, ge=1)
+    tp_degrees: list[int] = Field(default_factory=lambda: [1, 2, 4, 8], description="GPUs per replica to consider")
+    max_gpus_per_replica: int = Field(16, ge=1, description="MoE replicas may span nodes up to this many GPUs")
+    modes: list[Literal["colocated", "disaggregated"]] = Field(default_factory=lambda: ["colocated", "disaggregated"])
+    colocated_chunk_tokens: list[int] = Field(
+        default_factory=lambda: [256, 512, 1024], description="chunked-prefill token budgets per iteration (colocated)"
+    )
+    speculative: Speculative = Field(default_factory=Speculative)
+    tokenization_ms: float = Field(3.0, ge=0)
+    safety_ms: float = Field(15.0, ge=0, description="input safety classifier")
+    admission_ms: float = Field(5.0, ge=0, description="gateway, auth, routing")
+    kv_transfer_latency_ms: float = Field(1.0, ge=0)
+    prefill_max_utilization: float = Field(0.85, gt=0, lt=1, description="cap on prefill pool utilisation")
+    decode_max_utilization: float = Field(0.85, gt=0, le=1, description="share of decode slots a plan may fill on average")
+    tier_rtt_ms: list[float] = Field(
+        default_factory=lambda: [20.0, 45.0, 90.0, 180.0],
+        description="latency tiers: metros route to the tier with the smallest bound ≥ their RTT",
+    )
+    resident_prefixes: float = Field(4, ge=0, description="shared prefixes each replica keeps cached")
+    max_pool_replicas: int = Field(512, ge=8, description="largest pool the SLO capacity table covers")
+
+    _fractions = field_validator(
+        "prefill_mfu", "decode_mbu", "decode_mfu", "usable_hbm_fraction", "link_efficiency",
+        "prefill_max_utilization", "decode_max_utilization", mode="before",
+    )(lambda v: _fraction_check(float(v), "") if isinstance(v, (int, float)) else v)
+
+    @property
+    def fixed_overhead_ms(self) -> float:
+        return self.tokenization_ms + self.safety_ms + self.admission_ms
+
+    @model_validator(mode="after")
+    def _lists(self):
+        if not self.tp_degrees or any(p < 1 for p in self.tp_degrees):
+            raise ValueError("tp_degrees must list positive GPU counts, e.g. [1, 2, 4, 8]")
+        if not self.modes:
+            raise ValueError("modes must allow colocated, disaggregated or both")
+        if sorted(self.tier_rtt_ms) != list(self.tier_rtt_ms) or not self.tier_rtt_ms:
+            raise ValueError("tier_rtt_ms must be a non-empty increasing list of RTT bounds in ms")
+        return self
+
+
+class Policy(_Strict):
+    cold_start_minutes: float = Field(10.0, ge=0, description="time to bring an on-demand node into service")
+    warm_pool_fraction: float = Field(0.1, ge=0, lt=1, description="share of on-demand nodes kept warm and idle")
+    n_minus_1: bool = Field(False, description="survive the loss of any one site at the peak slice")
+    resilience_ttft_factor: float = Field(1.5, ge=1, description="TTFT objective × this during a site loss")
+    unserved_penalty_usd_per_million_tokens: float = Field(500.0, ge=0)
+    reserved_terms: list[Literal["1y", "3y"]] = Field(default_factory=lambda: ["1y", "3y"])
+    allow_ondemand: bool = True
+    allow_owned: bool = False
+    egress_usd_per_gb: float = Field(0.05, ge=0)
+    egress_bytes_per_output_token: float = Field(150.0, ge=0, description="streamed response payload per token")
+    k_nearest_sites: int = Field(4, ge=1, description="routing arcs per metro and workload")
+    time_limit_s: float = Field(60.0, gt=0)
+    mip_gap: float = Field(0.005, gt=0, lt=1)
+    threads: int | None = Field(None, ge=1)
+
+    _warm = field_validator("warm_pool_fraction", mode="before")(
+        lambda v: _fraction_check(float(v), "") if isinstance(v, (int, float)) else v
+    )
+
+
+class Scenario(_Strict):
+    name: str
+    description: str = ""
+    horizon: Horizon
+    accelerators: dict[str, Accelerator]
+    models: dict[str, Model]
+    price_provider: str
+    prices: dict[str, Price]
+    owned: dict[str, Owned]
+    metros: dict[str, Metro]
+    sites: dict[str, Site]
+    supply: dict[str, dict[str, Supply]]
+    workloads: dict[str, Workload]
+    diurnal: dict[str, list[float]]
+    demand: Demand
+    network: NetworkSpec
+    serving: Serving
+    policy: Policy
+
+
+# --------------------------------------------------------------------------- tables
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """How one catalogue table is read and keyed."""
+
+    name: str
+    file: str
+    model: type[BaseModel]
+    key: tuple[str, ...]
+
+    def label(self, values: dict) -> str:
+        return f"{self.name} " + "/".join(f"'{values.get(k)}'" for k in self.key)
+
+
+TABLES = {
+    "accelerators": TableSpec("accelerators", "accelerators.csv", Accelerator, ("id",)),
+    "models": TableSpec("models", "models.csv", Model, ("id",)),
+    "prices": TableSpec("prices", "prices.csv", Price, ("provider", "gpu")),
+    "owned": TableSpec("owned", "owned.csv", Owned, ("gpu",)),
+    "metros": TableSpec("metros", "metros.csv", Metro, ("id",)),
+    "sites": TableSpec("sites", "sites.csv", Site, ("id",)),
+    "supply": TableSpec("supply", "supply.csv", Supply, ("site", "gpu")),
+    "workloads": TableSpec("workloads", "workloads.csv", Workload, ("id",)),
+}
+DIURNAL_FILE = "diurnal.csv"
+SECTIONS = {"horizon": Horizon, "demand": Demand, "network": NetworkSpec, "serving": Serving, "policy": Policy}
+TOP_LEVEL = {"name", "description", "catalogue", *TABLES, "diurnal", *SECTIONS}
+
+
+def _fields(model: type[BaseModel]) -> tuple[list[str], list[str]]:
+    required = [n for n, f in model.model_fields.items() if f.is_required()]
+    optional = [n for n in model.model_fields if n not in required]
+    return required, optional
+
+
+@dataclass
+class RawScenario:
+    """A scenario resolved to plain data (tables keyed by id) plus where each row came from."""
+
+    data: dict
+    origins: dict[tuple, Origin]
+    path: Path
+    warnings: list[str] = field(default_factory=list)
+    overrides: list[str] = field(default_factory=list)
+
+    def origin(self, *key) -> Origin:
+        for n in range(len(key), 0, -1):
+            if key[:n] in self.origins:
+                return self.origins[key[:n]]
+        return Origin(str(self.path))
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.data, sort_keys=True, separators=(",", ":"), default=str)
+
+    def sha256(self) -> str:
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+
+
+def _read_table_csv(spec: TableSpec, path: Path, warnings: list[str]) -> list[Row]:
+    required, optional = _fields(spec.model)
+    table = read_csv(path, required, optional)
+    warnings.extend(table.warnings)
+    for row in table.rows:
+        row.origin = Origin(row.origin.file, row.origin.line, spec.label(row.values))
+    return table.rows
+
+
+def _inline_rows(spec: TableSpec, items, yaml_path: Path, where: str) -> list[Row]:
+    rows = []
+    for i, item in enumerate(items):
+        line = getattr(item, "line", None) or getattr(items, "line", None)
+        if not isinstance(item, dict):
+            raise ScenarioError(f"{where}: row {i + 1} should be a mapping of fields", Origin(str(yaml_path), line))
+        rows.append(Row(dict(item), Origin(str(yaml_path), line, spec.label(item))))
+    return rows
+
+
+def _resolve_table(spec: TableSpec, value, yaml_path: Path, catalogue: Path, warnings: list[str]) -> list[Row]:
+    """Apply the table forms described in the module docstring; returns rows with origins."""
+    base_dir = yaml_path.parent
+    catalogue_file = catalogue / spec.file
+    if value is None:
+        return _read_table_csv(spec, catalogue_file, warnings)
+    if isinstance(value, str):
+        return _read_table_csv(spec, base_dir / value, warnings)
+    if isinstance(value, list):
+        if all(isinstance(v, str) for v in value):
+            value = {"ids": value}
+        else:
+            return _inline_rows(spec, value, yaml_path, spec.name)
+    if not isinstance(value, dict):
+        raise ScenarioError(
+            f"'{spec.name}' should be a CSV path, a list of ids or rows, or a mapping with csv/ids/rows/patch",
+            Origin(str(yaml_path), getattr(value, "line", None)),
+        )
+    allowed = {"csv", "ids", "rows", "patch", "provider"} if spec.name == "prices" else {"csv", "ids", "rows", "patch"}
+    for k in value:
+        if k not in allowed:
+            raise ScenarioError(
+                f"unknown key '{k}' in table '{spec.name}' (expected {', '.join(sorted(allowed))})",
+                Origin(str(yaml_path), getattr(value, "line", None)),
+            )
+    rows = _read_table_csv(spec, base_dir / value["csv"] if "csv" in value else catalogue_file, warnings)
+    if "ids" in value:
+        wanted = [str(i) for i in value["ids"]]
+        present = {r.values.get(spec.key[0]) for r in rows}
+        for i in wanted:
+            if i not in present:
+                raise ScenarioError(
+                    unknown_id_message(spec.name.rstrip("s"), i, present),
+                    Origin(str(yaml_path), getattr(value["ids"], "line", None) or value.line),
+                    field=f"{spec.name}.ids",
+                )
+        rows = [r for r in rows if r.values.get(spec.key[0]) in set(wanted)]
+    if "rows" in value:
+        extra = _inline_rows(spec, value["rows"], yaml_path, f"{spec.name}.rows")
+        keys = {tuple(r.values.get(k) for k in spec.key) for r in extra}
+        rows = [r for r in rows if tuple(r.values.get(k) for k in spec.key) not in keys] + extra
+    if "patch" in value:
+        rows = _patch_rows(spec, rows, value["patch"], yaml_path)
+    return rows
+
+
+def _patch_rows(spec: TableSpec, rows: list[Row], patch, yaml_path: Path) -> list[Row]:
+    by_key = {r.values.get(spec.key[-1] if spec.name == "prices" else spec.key[0]): r for r in rows}
+    for key, fields in patch.items():
+        if key not in by_key:
+            raise ScenarioError(
+                unknown_id_message(spec.name.rstrip("s"), key, by_key),
+                Origin(str(yaml_path), getattr(patch, "line", None)),
+                field=f"{spec.name}.patch",
+            )
+        row = by_key[key]
+        row.values = {**row.values, **dict(fields)}
+        row.origin = Origin(str(yaml_path), getattr(fields, "line", None), spec.label(row.values) + " (patched)")
+    return rows
+
+
+def _key_rows(spec: TableSpec, rows: list[Row], origins: dict) -> dict:
+    """Rows → nested dict keyed by the table key; a duplicate key is an error."""
+    out: dict = {}
+    for row in rows:
+        key = tuple(row.values.get(k) for k in spec.key)
+        if any(k is None or k == "" for k in key):
+            raise ScenarioError(f"missing key {'/'.join(spec.key)}", row.origin, field=spec.key[0])
+        key = tuple(str(k) for k in key)
+        path = (spec.name, *key) if spec.name != "prices" else ("prices", key[1])
+        if path in origins and origins[path] is not row.origin:
+            raise ScenarioError(
+                f"duplicate {'/'.join(spec.key)} {'/'.join(key)} (first at {origins[path].describe()})",
+                row.origin,
+                field=spec.key[0],
+            )
+        origins[path] = row.origin
+        node = out
+        for k in path[1:-1]:
+            node = node.setdefault(k, {})
+        node[path[-1]] = dict(row.values)
+    return out
+
+
+def _read_diurnal(value, yaml_path: Path, catalogue: Path, origins: dict, warnings: list[str]) -> dict:
+    """Diurnal profiles: CSV (profile, hour, multiplier) or a mapping profile → 24 values."""
+    if isinstance(value, dict):
+        for name, values in value.items():
+            origins[("diurnal", name)] = Origin(str(yaml_path), getattr(values, "line", None), f"profile '{name}'")
+        return {k: list(v) for k, v in value.items()}
+    path = catalogue / DIURNAL_FILE if value is None else yaml_path.parent / value
+    table = read_csv(path, ["profile", "hour", "multiplier"], ["source", "as_of", "assumed_fields"])
+    warnings.extend(table.warnings)
+    profiles: dict[str, list] = {}
+    for row in table.rows:
+        name = row.values["profile"]
+        origins.setdefault(("diurnal", name), Origin(str(path), row.origin.line, f"profile '{name}'"))
+        try:
+            hour = int(row.values["hour"])
+            mult = float(row.values["multiplier"])
+        except (TypeError, ValueError):
+            raise ScenarioError("expected an integer hour 0–23 and a number multiplier", row.origin) from None
+        if not 0 <= hour <= 23 or not math.isfinite(mult) or mult < 0:
+            raise ScenarioError(f"expected hour 0–23 and multiplier ≥ 0, got {hour}, {mult}", row.origin)
+        profiles.setdefault(name, [None] * 24)[hour] = mult
+    return profiles
+
+
+def _read_rows_section(value, yaml_path: Path, name: str) -> list | None:
+    """demand.table / demand.mix given as a CSV path or inline rows → list of dicts."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        model = DemandRow if name == "table" else MixRow
+        required, optional = _fields(model)
+        table = read_csv(yaml_path.parent / value, required, optional)
+        return [dict(r.values, _origin=r.origin) for r in table.rows]
+    if isinstance(value, list):
+        return [dict(v, _origin=Origin(str(yaml_path), getattr(v, "line", None), f"demand.{name} row {i + 1}"))
+                for i, v in enumerate(value)]
+    raise ScenarioError(f"demand.{name} should be a CSV path or a list of rows", Origin(str(yaml_path), getattr(value, "line", None)))
+
+
+def load_raw(path: str | Path | None = None) -> RawScenario:
+    """Read a scenario file (default: the embedded reference scenario) into plain data."""
+    yaml_path = Path(path) if path else REFERENCE_SCENARIO
+    doc = read_yaml(yaml_path)
+    for key in doc:
+        if key not in TOP_LEVEL:
+            raise ScenarioError(
+                unknown_id_message("scenario section", key, TOP_LEVEL), Origin(str(yaml_path), doc.line)
+            )
+    catalogue = (yaml_path.parent / doc["catalogue"]) if doc.get("catalogue") else DATA_DIR
+    warnings: list[str] = []
+    origins: dict[tuple, Origin] = {}
+    data: dict = {"name": str(doc.get("name") or yaml_path.stem), "description": str(doc.get("description") or "")}
+
+    for name, spec in TABLES.items():
+        rows = _resolve_table(spec, doc.get(name), yaml_path, catalogue, warnings)
+        if name == "prices":
+            provider = (doc.get("prices") or {}).get("provider", "reference") if isinstance(doc.get("prices"), dict) else "reference"
+            providers = {r.values.get("provider") for r in rows}
+            if provider not in providers:
+                raise ScenarioError(unknown_id_message("price provider", provider, providers),
+                                    Origin(str(yaml_path), getattr(doc.get("prices"), "line", None)), field="prices.provider")
+            rows = [r for r in rows if r.values.get("provider") == provider]
+            data["price_provider"] = provider
+        data[name] = _key_rows(spec, rows, origins)
+    data["diurnal"] = _read_diurnal(doc.get("diurnal"), yaml_path, catalogue, origins, warnings)
+
+    for name in SECTIONS:
+        section = doc.get(name) or LineDict()
+        if not isinstance(section, dict):
+            raise ScenarioError(f"section '{name}' should be a mapping", Origin(str(yaml_path), getattr(section, "line", None)))
+        origins[(name,)] = Origin(str(yaml_path), getattr(section, "line", None), f"section '{name}'")
+        data[name] = _plain(section)
+    demand = doc.get("demand") or {}
+    for part in ("table", "mix"):
+        rows = _read_rows_section(demand.get(part), yaml_path, part)
+        if rows is not None:
+            for i, row in enumerate(rows):
+                origins[("demand", part, i)] = row.pop("_origin")
+            data["demand"][part] = [_plain(r) for r in rows]
+    _select_dependent_rows(data, origins)
+    return RawScenario(data, origins, yaml_path, warnings)
+
+
+def _select_dependent_rows(data: dict, origins: dict) -> None:
+    """Keep supply and owned rows for the chosen sites and accelerators only."""
+    sites, gpus = set(data["sites"]), set(data["accelerators"])
+    data["supply"] = {
+        s: {g: row for g, row in per_gpu.items() if g in gpus} for s, per_gpu in data["supply"].items() if s in sites
+    }
+    data["owned"] = {g: row for g, row in data["owned"].items() if g in gpus}
+    data["prices"] = {g: row for g, row in data["prices"].items() if g in gpus}
+
+
+def _plain(value):
+    """LineDict/LineList → dict/list, recursively (JSON-able data)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, date):
+        return value.isoformat()
+    return value
+
+
+# --------------------------------------------------------------------------- overrides
+
+
+def apply_overrides(raw: RawScenario, overrides: list[str]) -> RawScenario:
+    """Return a copy with ``KEY=VALUE`` overrides applied. KEY is a dotted path into the
+    scenario (``workloads.chat.ttft_p99_ms``, ``prices.h200-sxm.ondemand_usd_per_gpu_hour``,
+    ``serving.decode_mbu``); VALUE is YAML (``500``, ``[1,2,4]``, ``true``) or a multiplier of
+    the current value (``×1.5`` or ``x1.5``)."""
+    out = RawScenario(copy.deepcopy(raw.data), dict(raw.origins), raw.path, list(raw.warnings), list(raw.overrides))
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ScenarioError(f"override '{item}' should look like KEY=VALUE", Origin("--set"))
+        set_path(out, key.strip(), text.strip())
+        out.overrides.append(f"{key.strip()}={text.strip()}")
+    return out
+
+
+def _submodel(model: type[BaseModel] | None, name: str) -> type[BaseModel] | None:
+    if model is None or name not in model.model_fields:
+        return None
+    ann = model.model_fields[name].annotation
+    return ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+
+
+def set_path(raw: RawScenario, key: str, text: str) -> None:
+    """Set one dotted path in ``raw.data`` (see `apply_overrides`)."""
+    parts = key.split(".")
+    head = parts[0]
+    node = raw.data
+    model: type[BaseModel] | None = SECTIONS.get(head)
+    table_depth = (2 if head == "supply" else 1) if head in TABLES else None
+    for depth, part in enumerate(parts[:-1]):
+        if depth > 0 and model is not None:
+            sub = _submodel(model, part)
+            if sub is not None and part not in node:
+                node[part] = {}
+            model = sub
+        if not isinstance(node, dict) or part not in node:
+            known = node.keys() if isinstance(node, dict) else ()
+            raise ScenarioError(unknown_id_message("key", part, known), Origin("--set"), field=key)
+        node = node[part]
+        if table_depth is not None and depth == table_depth:
+            model = TABLES[head].model
+    last = parts[-1]
+    if not isinstance(node, dict):
+        raise ScenarioError(f"'{'.'.join(parts[:-1])}' is a value, not a group of fields", Origin("--set"), field=key)
+    known_fields = set(node) | set(model.model_fields if model else ())
+    if last not in known_fields:
+        raise ScenarioError(unknown_id_message("field", last, known_fields), Origin("--set"), field=key)
+    if text[:1] in ("×", "x", "*") and _is_number(text[1:]):
+        current = node.get(last)
+        if current is None and model is not None:
+            current = model.model_fields[last].default
+        try:
+            node[last] = float(current) * float(text[1:])
+        except (TypeError, ValueError):
+            raise ScenarioError(f"cannot multiply the non-numeric value {current!r}", Origin("--set"), field=key) from None
+    else:
+        try:
+            node[last] = yaml.safe_load(text) if text else None
+        except yaml.YAMLError:
+            node[last] = text
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _explain(err: dict) -> str:
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    elif msg.startswith("Input should be"):
+        msg = "expected " + msg[len("Input should be "):]
+    elif msg == "Field required":
+        msg = "missing (this field is required)"
+    elif msg.startswith("Extra inputs are not permitted"):
+        msg = "not a known field"
+    if "input" in err and not isinstance(err["input"], (dict, list)) and msg != "missing (this field is required)":
+        msg += f"; got {err['input']!r}"
+    return msg
+
+
+def _validate_row(model: type[BaseModel], values: dict, origin: Origin):
+    try:
+        return model.model_validate(values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or None
+        if err["msg"].startswith("Extra inputs"):
+            msg = unknown_id_message("field", err["loc"][-1], model.model_fields)
+            raise ScenarioError(msg, origin, field=loc) from None
+        raise ScenarioError(_explain(err), origin, field=loc) from None
+
+
+def validate(raw: RawScenario) -> Scenario:
+    """Validate every row and section, then the references between tables."""
+    d = raw.data
+    tables = {}
+    for name, spec in TABLES.items():
+        if name == "supply":
+            tables[name] = {
+                s: {g: _validate_row(Supply, row, raw.origin("supply", s, g)) for g, row in per.items()}
+                for s, per in d["supply"].items()
+            }
+        else:
+            tables[name] = {k: _validate_row(spec.model, row, raw.origin(name, k)) for k, row in d[name].items()}
+    sections = {}
+    for name, model in SECTIONS.items():
+        values = d.get(name) or {}
+        if name == "demand":
+            for part, row_model in (("table", DemandRow), ("mix", MixRow)):
+                if values.get(part) is not None:
+                    for i, row in enumerate(values[part]):
+                        _validate_row(row_model, row, raw.origin("demand", part, i))
+        sections[name] = _validate_row(model, values, raw.origin(name))
+    scenario = Scenario(
+        name=d["name"],
+        description=d.get("description", ""),
+        price_provider=d["price_provider"],
+        diurnal=_validate_diurnal(d["diurnal"], raw),
+        **tables,
+        **sections,
+    )
+    _cross_check(scenario, raw)
+    return scenario
+
+
+def _validate_diurnal(profiles: dict, raw: RawScenario) -> dict[str, list[float]]:
+    out = {}
+    for name, values in profiles.items():
+        origin = raw.origin("diurnal", name)
+        if len(values) != 24 or any(v is None for v in values):
+            missing = [h for h, v in enumerate(values) if v is None] if len(values) == 24 else None
+            detail = f"hours {missing} are missing" if missing else f"found {len(values)} values"
+            raise ScenarioError(f"a diurnal profile needs one multiplier per hour 0–23; {detail}", origin)
+        values = [float(v) for v in values]
+        if any(not math.isfinite(v) or v < 0 for v in values) or max(values) <= 0:
+            raise ScenarioError("diurnal multipliers must be finite, ≥ 0 and not all zero", origin)
+        top = max(values)
+        out[name] = [v / top for v in values]
+    return out
+
+
+def _check_ref(kind: str, value: str, known, origin: Origin, field: str) -> None:
+    if value not in known:
+        raise ScenarioError(unknown_id_message(kind, value, known), origin, field=field)
+
+
+def _cross_check(s: Scenario, raw: RawScenario) -> None:
+    """References between tables, and inputs no plan could use."""
+    if not s.metros:
+        raise ScenarioError("the scenario has no metros (demand origins)", raw.origin("metros"))
+    if not s.sites:
+        raise ScenarioError("the scenario has no candidate sites", raw.origin("sites"))
+    if not s.workloads:
+        raise ScenarioError("the scenario has no workloads", raw.origin("workloads"))
+    for sid, site in s.sites.items():
+        _check_ref("metro", site.metro, s.metros, raw.origin("sites", sid), "metro")
+    for sid, per in s.supply.items():
+        _check_ref("site", sid, s.sites, raw.origin("supply", sid), "site")
+        for gid in per:
+            _check_ref("accelerator", gid, s.accelerators, raw.origin("supply", sid, gid), "gpu")
+    for sid in s.sites:
+        if not s.supply.get(sid):
+            raise ScenarioError(
+                f"site '{sid}' can supply none of the offered accelerators ({', '.join(sorted(s.accelerators))}); "
+                "add supply rows for it or drop the site",
+                raw.origin("sites", sid),
+            )
+    for gid in s.accelerators:
+        if gid not in s.prices:
+            raise ScenarioError(
+                f"no price for offered accelerator '{gid}' from provider '{s.price_provider}'; add a prices row "
+                f"(provider {s.price_provider}, gpu {gid}) or drop the accelerator",
+                raw.origin("accelerators", gid),
+                field="prices",
+            )
+    for wid, w in s.workloads.items():
+        origin = raw.origin("workloads", wid)
+        _check_ref("model", w.model, s.models, origin, "model")
+        _check_ref("diurnal profile", w.diurnal_profile, s.diurnal, origin, "diurnal_profile")
+        model = s.models[w.model]
+        if w.isl_p99_tokens + w.osl_p99_tokens > model.max_context:
+            raise ScenarioError(
+                f"p99 prompt + output ({w.isl_p99_tokens + w.osl_p99_tokens:g} tokens) exceeds the context of "
+                f"{w.model} ({model.max_context} tokens)", origin, field="isl_p99_tokens")
+        if w.shared_prefix_tokens > w.isl_mean_tokens * 50:
+            raise ScenarioError("shared_prefix_tokens is far longer than the prompts", origin, field="shared_prefix_tokens")
+        if w.weight_dtype == "fp8" and not any(a.fp8_dense_tflops for a in s.accelerators.values()):
+            raise ScenarioError("fp8 weights need an accelerator with FP8 support", origin, field="weight_dtype")
+    periods = {p.id for p in s.horizon.periods}
+    day_types = {d.id for d in s.horizon.day_types}
+    for i, mix in enumerate(s.demand.mix):
+        origin = raw.origin("demand", "mix", i)
+        _check_ref("metro", mix.metro, s.metros, origin, "metro")
+        _check_ref("workload", mix.workload, s.workloads, origin, "workload")
+    for i, row in enumerate(s.demand.table or []):
+        origin = raw.origin("demand", "table", i)
+        _check_ref("metro", row.metro, s.metros, origin, "metro")
+        _check_ref("workload", row.workload, s.workloads, origin, "workload")
+        _check_ref("period", row.period, periods, origin, "period")
+        if row.day_type is not None:
+            _check_ref("day type", row.day_type, day_types, origin, "day_type")
+
+
+def load_scenario(path: str | Path | None = None, overrides: list[str] | None = None) -> tuple[Scenario, RawScenario]:
+    """File → validated `Scenario`, with the resolved raw data (for hashing and recording)."""
+    raw = load_raw(path)
+    if overrides:
+        raw = apply_overrides(raw, overrides)
+    return validate(raw), raw

@@ -1,0 +1,135 @@
+"""Reading scenario files: YAML that remembers line numbers, CSV tables that remember rows.
+
+Every row that leaves this module carries an `Origin` (file, line, label) so a validation
+error later can name exactly where the bad value was written.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from optimizer.errors import Origin, ScenarioError
+
+
+class LineDict(dict):
+    """A YAML mapping that knows the line it started on (1-based)."""
+
+    line: int | None = None
+
+
+class LineList(list):
+    line: int | None = None
+
+
+class _LineLoader(yaml.SafeLoader):
+    pass
+
+
+def _construct_mapping(loader, node):
+    loader.flatten_mapping(node)
+    out = LineDict()
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in out:
+            raise ScenarioError(
+                f"key '{key}' appears twice in one mapping (line {key_node.start_mark.line + 1})",
+                Origin(loader.name, key_node.start_mark.line + 1),
+            )
+        out[key] = loader.construct_object(value_node, deep=True)
+    out.line = node.start_mark.line + 1
+    return out
+
+
+def _construct_sequence(loader, node):
+    out = LineList(loader.construct_object(child, deep=True) for child in node.value)
+    out.line = node.start_mark.line + 1
+    return out
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
+
+
+def read_yaml(path: Path) -> LineDict:
+    """Load a YAML mapping; a syntax error names the file, line and column."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(f"cannot read the file: {exc.strerror}", Origin(str(path))) from exc
+    loader = _LineLoader(text)
+    loader.name = str(path)
+    try:
+        data = loader.get_single_data()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        line = mark.line + 1 if mark else None
+        column = f", column {mark.column + 1}" if mark else ""
+        raise ScenarioError(
+            f"YAML syntax error{column}: {exc.problem}", Origin(str(path), line)
+        ) from exc
+    finally:
+        loader.dispose()
+    if data is None:
+        data = LineDict()
+    if not isinstance(data, dict):
+        raise ScenarioError("expected a mapping of scenario sections at the top level", Origin(str(path), 1))
+    return data
+
+
+@dataclass
+class Row:
+    """One table row as read, before validation."""
+
+    values: dict
+    origin: Origin
+
+
+@dataclass
+class CsvTable:
+    rows: list[Row]
+    columns: list[str]
+    path: Path
+    warnings: list[str] = field(default_factory=list)
+
+
+def read_csv(path: Path, required: list[str], optional: list[str]) -> CsvTable:
+    """Read a CSV into rows of strings (empty cells become None).
+
+    A missing required column is an error naming the file and the column; an extra unknown
+    column is a warning (it is ignored).
+    """
+    try:
+        handle = path.open(newline="", encoding="utf-8-sig")
+    except OSError as exc:
+        raise ScenarioError(f"cannot read the CSV file: {exc.strerror}", Origin(str(path))) from exc
+    with handle:
+        reader = csv.reader(handle)
+        try:
+            header = [h.strip() for h in next(reader)]
+        except StopIteration:
+            raise ScenarioError("the CSV file is empty (expected a header row)", Origin(str(path), 1)) from None
+        missing = [c for c in required if c not in header]
+        if missing:
+            raise ScenarioError(
+                f"missing required column(s) {', '.join(missing)}; the header has {', '.join(header)}",
+                Origin(str(path), 1),
+            )
+        known = set(required) | set(optional)
+        warnings = [
+            f"{path}: column '{c}' is not a known field and is ignored" for c in header if c not in known
+        ]
+        rows = []
+        for line_no, cells in enumerate(reader, start=2):
+            if not any(cell.strip() for cell in cells):
+                continue
+            if len(cells) != len(header):
+                raise ScenarioError(
+                    f"expected {len(header)} cells like the header, found {len(cells)}", Origin(str(path), line_no)
+                )
+            values = {h: (c.strip() or None) for h, c in zip(header, cells) if h in known}
+            rows.append(Row(values, Origin(str(path), line_no)))
+    return CsvTable(rows, header, path, warnings)
