@@ -1,0 +1,265 @@
+"""Serving configurations: a workload's model on an accelerator at a parallel degree, in a
+role (prefill, decode, colocated), at its operating point — the curves evaluated for the
+scenario's catalogue rows.
+
+Rules (reasons in the README's "Modelling choices"):
+- tensor parallelism stays inside a scale-up domain (a node over PCIe for parts without
+  NVLink/Infinity Fabric); a MoE model too large for one node may span nodes with expert
+  parallelism over the scale-out NIC (`Serving.max_gpus_per_replica`);
+- a decode replica reserves KV for a full request (prompt + output) per slot and steps at the
+  mean context (prompt + half the output);
+- speculative decoding is offered on decode replicas; colocated replicas use chunked prefill
+  and plain decoding;
+- the p99 prompt is assumed a cache miss unless nearly every request hits.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from optimizer.curves.batching import decode_operating_point
+from optimizer.curves.cache import cache_kv_share, p99_cached_tokens
+from optimizer.curves.lengths import LengthDistribution, service_moments
+from optimizer.curves.memory import kv_budget_bytes, kv_replication, max_concurrency
+from optimizer.curves.roofline import decode_step_time_s, mixed_step_time_s, prefill_time_s
+from optimizer.curves.shapes import Efficiency, Hardware, ModelShape, Replica
+from optimizer.curves.speculative import expected_tokens_per_step, speculative_step_time_s
+from optimizer.curves.transfer import replica_nic_bytes_per_s
+from optimizer.scenario import Accelerator, Model, Serving, Workload
+
+BYTES_PER_VALUE = {"bf16": 2.0, "fp8": 1.0}
+
+
+def model_shape(m: Model) -> ModelShape:
+    return ModelShape(
+        params_total=m.total_params_b * 1e9,
+        params_active=m.active_params_b * 1e9,
+        layers=m.layers,
+        hidden=m.hidden,
+        heads=m.heads,
+        kv_heads=m.kv_heads,
+        head_dim=m.head_dim,
+        attention=m.attention,
+        kv_lora_rank=m.kv_lora_rank or 0,
+        qk_rope_head_dim=m.qk_rope_head_dim or 0,
+        experts=m.experts or 0,
+        experts_per_token=m.experts_per_token or 0,
+        max_context=m.max_context,
+    )
+
+
+def hardware(a: Accelerator, dtype: str) -> Hardware | None:
+    """The accelerator at a compute precision; None where it lacks that precision (A100 FP8)."""
+    tflops = a.fp8_dense_tflops if dtype == "fp8" else a.bf16_dense_tflops
+    if tflops is None:
+        return None
+    return Hardware(
+        dense_flops_per_s=tflops * 1e12,
+        hbm_bytes=a.hbm_gb * 1e9,
+        hbm_bytes_per_s=a.hbm_tb_s * 1e12,
+        scaleup_domain_gpus=a.scaleup_domain_gpus,
+        scaleup_bytes_per_s=a.scaleup_gb_s * 1e9 / 2.0,
+        nic_bytes_per_s=a.nic_gbps_per_gpu * 1e9 / 8.0,
+        gpus_per_node=a.gpus_per_node,
+    )
+
+
+def efficiency(s: Serving) -> Efficiency:
+    return Efficiency(
+        prefill_mfu=s.prefill_mfu,
+        decode_mbu=s.decode_mbu,
+        decode_mfu=s.decode_mfu,
+        step_overhead_s=s.step_overhead_ms / 1e3,
+        usable_hbm_fraction=s.usable_hbm_fraction,
+        workspace_bytes_per_gpu=s.workspace_gb_per_gpu * 1e9,
+        collective_latency_s=s.collective_latency_us / 1e6,
+        link_efficiency=s.link_efficiency,
+        roofline_sharpness=s.roofline_sharpness,
+    )
+
+
+def kv_bytes_per_token(w: Workload, m: Model) -> float:
+    """KV bytes per token of the workload's model at its KV precision."""
+    shape = model_shape(m)
+    return shape.layers * shape.kv_values_per_token_per_layer * BYTES_PER_VALUE[w.kv_dtype]
+
+
+def parallel_degrees(m: Model, a: Accelerator, s: Serving) -> list[int]:
+    """GPUs per replica to consider: the allowed TP degrees inside the scale-up domain (the
+    node for PCIe parts); for MoE models, also whole multiples of a node up to
+    `Serving.max_gpus_per_replica` (expert parallelism across nodes)."""
+    domain = a.scaleup_domain_gpus if a.scaleup_domain_gpus > 1 else a.gpus_per_node
+    degrees = sorted({p for p in s.tp_degrees if p <= domain})
+    if m.experts:
+        node = a.gpus_per_node
+        degrees += [node * k for k in range(2, s.max_gpus_per_replica // node + 1)]
+    return degrees
+
+
+def make_replica(m: Model, a: Accelerator, s: Serving, gpus: int, weight_dtype: str, kv_dtype: str) -> Replica | None:
+    hw = hardware(a, weight_dtype)
+    if hw is None:
+        return None
+    return Replica(
+        model_shape(m), hw, efficiency(s), gpus,
+        weight_bytes_per_param=BYTES_PER_VALUE[weight_dtype],
+        kv_bytes_per_value=BYTES_PER_VALUE[kv_dtype],
+    )
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """One way to serve a workload. Times in ms, rates per replica."""
+
+    id: str
+    workload: str
+    gpu: str
+    gpus: int
+    role: str  # "prefill" | "decode" | "colocated"
+    batch: int = 0
+    speculative: bool = False
+    chunk_tokens: int = 0
+    prefill_p99_ms: float = 0.0  # prefill (colocated: all chunks) of the p99 prompt
+    service_mean_s: float = 0.0  # prefill-lane service time per request
+    service_scv: float = 0.0
+    step_ms: float = 0.0  # decode step / colocated iteration at the operating batch
+    itl_p99_ms: float = 0.0
+    tokens_per_step: float = 1.0
+    decode_rps: float = 0.0  # requests/s the decode side sustains (with utilisation headroom)
+    decode_tokens_per_s: float = 0.0
+    nic_bytes_per_s: float = 0.0
+    kv_budget_gb: float = 0.0
+    weights_gb_per_gpu: float = 0.0
+    max_concurrency: int = 0
+
+
+def _lengths(w: Workload, m: Model):
+    return (
+        LengthDistribution(w.isl_mean_tokens, w.isl_p99_tokens, m.max_context),
+        LengthDistribution(w.osl_mean_tokens, w.osl_p99_tokens, m.max_context),
+    )
+
+
+def _base(w: Workload, a: Accelerator, r: Replica, role: str, tag: str, s: Serving) -> dict:
+    return dict(
+        id=f"{w.id}/{a.id}/x{r.gpus}/{tag}",
+        workload=w.id,
+        gpu=a.id,
+        gpus=r.gpus,
+        role=role,
+        nic_bytes_per_s=replica_nic_bytes_per_s(r.gpus, r.hw.nic_bytes_per_s, s.link_efficiency),
+        kv_budget_gb=kv_budget_bytes(r) / 1e9,
+        weights_gb_per_gpu=r.weight_bytes / r.gpus / 1e9,
+    )
+
+
+def prefill_config(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving) -> ServingConfig | None:
+    """A dedicated prefill replica: FIFO prompts, one at a time, cached prefixes resident."""
+    isl, _ = _lengths(w, m)
+    kv_need = (w.isl_p99_tokens + s.resident_prefixes * w.shared_prefix_tokens) * r.kv_bytes_per_token * kv_replication(r.model, r.gpus)
+    if kv_budget_bytes(r) < kv_need:
+        return None
+    cached_p99 = p99_cached_tokens(w.prompt_cache_hit_rate, w.shared_prefix_tokens, w.slo_attainment)
+    p99_s = float(prefill_time_s(r, w.isl_p99_tokens, cached_p99))
+    mean_s, scv = service_moments(lambda t, c: prefill_time_s(r, t, c), isl, w.prompt_cache_hit_rate, w.shared_prefix_tokens)
+    return ServingConfig(
+        **_base(w, a, r, "prefill", "prefill", s),
+        prefill_p99_ms=p99_s * 1e3, service_mean_s=mean_s, service_scv=scv,
+    )
+
+
+def decode_config(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving, speculative: bool) -> ServingConfig | None:
+    """A decode replica at the largest batch meeting the ITL objective (with tail factor).
+
+    Plain: step(b); speculative: T_spec(b) = verify(k+1) + k·ρ_d·step, E tokens per step.
+    Requests/s = ρ_max · b · E / (osl_mean · T).
+    """
+    context = w.isl_mean_tokens + w.osl_mean_tokens / 2.0
+    b_max = int(max_concurrency(r, w.isl_mean_tokens + w.osl_mean_tokens))
+    spec = s.speculative
+    if speculative:
+        def step_of(b):
+            return speculative_step_time_s(r, b, context, spec.draft_tokens, spec.draft_cost_ratio)
+        per_step = float(expected_tokens_per_step(spec.acceptance_rate, spec.draft_tokens))
+    else:
+        def step_of(b):
+            return decode_step_time_s(r, b, context)
+        per_step = 1.0
+    b, step = decode_operating_point(step_of, b_max, w.itl_p99_ms / 1e3, s.itl_tail_factor)
+    if b == 0:
+        return None
+    return ServingConfig(
+        **_base(w, a, r, "decode", "decode+spec" if speculative else "decode", s),
+        batch=b, speculative=speculative, step_ms=step * 1e3, itl_p99_ms=s.itl_tail_factor * step * 1e3,
+        tokens_per_step=per_step,
+        decode_rps=s.decode_max_utilization * b * per_step / (w.osl_mean_tokens * step),
+        decode_tokens_per_s=b * per_step / step, max_concurrency=b_max,
+    )
+
+
+def colocated_config(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving, chunk: int) -> ServingConfig | None:
+    """A replica that prefills in chunks of C tokens inside its decode iterations.
+
+    iteration(b) = decode step + a C-token chunk (`mixed_step_time_s`); ITL p99 = tail ·
+    iteration; a prompt of s tokens takes ⌈(s − cached)/C⌉ iterations (the prefill lane's
+    service time); decode requests/s = ρ_max · b / (osl_mean · iteration).
+    """
+    isl, _ = _lengths(w, m)
+    context = w.isl_mean_tokens + w.osl_mean_tokens / 2.0
+    share = cache_kv_share(s.resident_prefixes, w.shared_prefix_tokens,
+                           r.kv_bytes_per_token * kv_replication(r.model, r.gpus), kv_budget_bytes(r))
+    b_max = int(max_concurrency(r, w.isl_mean_tokens + w.osl_mean_tokens, share))
+
+    def step_of(b):
+        return mixed_step_time_s(r, b, context, chunk, w.isl_mean_tokens / 2.0)
+
+    b, iteration = decode_operating_point(step_of, b_max, w.itl_p99_ms / 1e3, s.itl_tail_factor)
+    if b == 0:
+        return None
+
+    def service(tokens, cached):
+        return np.ceil(np.maximum(np.asarray(tokens) - np.asarray(cached), 1.0) / chunk) * iteration
+
+    cached_p99 = p99_cached_tokens(w.prompt_cache_hit_rate, w.shared_prefix_tokens, w.slo_attainment)
+    mean_s, scv = service_moments(service, isl, w.prompt_cache_hit_rate, w.shared_prefix_tokens)
+    return ServingConfig(
+        **_base(w, a, r, "colocated", f"colocated-c{chunk}", s),
+        batch=b, chunk_tokens=chunk,
+        prefill_p99_ms=float(service(w.isl_p99_tokens, cached_p99)) * 1e3,
+        service_mean_s=mean_s, service_scv=scv,
+        step_ms=iteration * 1e3, itl_p99_ms=s.itl_tail_factor * iteration * 1e3,
+        decode_rps=s.decode_max_utilization * b / (w.osl_mean_tokens * iteration),
+        decode_tokens_per_s=b / iteration, max_concurrency=b_max,
+    )
+
+
+def workload_configs(w: Workload, m: Model, a: Accelerator, s: Serving) -> list[ServingConfig]:
+    """Every admissible config of workload ``w`` on accelerator ``a``."""
+    out: list[ServingConfig] = []
+    for gpus in parallel_degrees(m, a, s):
+        r = make_replica(m, a, s, gpus, w.weight_dtype, w.kv_dtype)
+        if r is None or kv_budget_bytes(r) <= 0:
+            continue
+        if "disaggregated" in s.modes:
+            out.append(prefill_config(w, m, a, r, s))
+            out.append(decode_config(w, m, a, r, s, speculative=False))
+            if s.speculative.enabled:
+                out.append(decode_config(w, m, a, r, s, speculative=True))
+        if "colocated" in s.modes:
+            out.extend(colocated_config(w, m, a, r, s, c) for c in s.colocated_chunk_tokens)
+    return [c for c in out if c is not None]
+
+
+def decode_floor_ms(w: Workload, m: Model, a: Accelerator, s: Serving) -> float:
+    """Lowest p99 inter-token gap any replica of ``m`` on ``a`` can reach (batch 1): used to
+    say by how much an ITL objective is out of reach."""
+    best = math.inf
+    for gpus in parallel_degrees(m, a, s):
+        r = make_replica(m, a, s, gpus, w.weight_dtype, w.kv_dtype)
+        if r is None or kv_budget_bytes(r) <= 0:
+            continue
+        best = min(best, s.itl_tail_factor * float(decode_step_time_s(r, 1.0, w.isl_mean_tokens + w.osl_mean_tokens / 2)) * 1e3)
+    return best

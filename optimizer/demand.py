@@ -1,0 +1,91 @@
+"""Demand per metro × workload × time slice for the planning year.
+
+Slices are period × day type × UTC hour; a slice stands for that hour on every day of its
+type in the period, so its weight is  days(period) · share(day type)  hours and the year's
+weights add up to 365 · 24 = 8,760 h.
+
+Modelled demand (mean requests/s in the slice):
+    λ[m,k,t] = r_k · w_m · mix[m,k] · scale · D_k(local hour) · dt(t) · (1 + g)^period(t)
+r_k requests/s per million people at the daily peak, w_m the metro's weight (population in
+millions), D_k the workload's diurnal profile (peak 1) read at the metro's local time
+(UTC hour + offset; half-hour offsets interpolate), dt the day type's multiplier, g the
+growth per period. Because metros peak at their own local evening, the global peak is
+flatter than any metro's. Pools are sized for λ × the intra-hour peak-to-mean factor.
+A demand table (metro, workload, period, hour, requests_per_s) replaces the model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from optimizer.scenario import Scenario
+
+HOURS = 24
+
+
+def build_slices(s: Scenario) -> pd.DataFrame:
+    """One row per slice: slice index, period, period index, day type, UTC hour, weight hours."""
+    rows = []
+    for pi, period in enumerate(s.horizon.periods):
+        for day in s.horizon.day_types:
+            for hour in range(HOURS):
+                rows.append((period.id, pi, day.id, day.demand_multiplier, hour, period.days * day.share))
+    out = pd.DataFrame(rows, columns=["period", "period_index", "day_type", "day_multiplier", "hour", "weight_hours"])
+    out.index.name = "slice"
+    return out
+
+
+def profile_at(profile: list[float], local_hour) -> np.ndarray:
+    """Diurnal multiplier at a (possibly fractional) local hour, wrapping around midnight."""
+    h = np.mod(np.asarray(local_hour, dtype=float), HOURS)
+    lo = np.floor(h).astype(int)
+    frac = h - lo
+    values = np.asarray(profile)
+    return values[lo] * (1 - frac) + values[(lo + 1) % HOURS] * frac
+
+
+def modelled_demand(s: Scenario, slices: pd.DataFrame) -> pd.DataFrame:
+    mix = {(r.metro, r.workload): r.multiplier for r in s.demand.mix}
+    hours = slices["hour"].to_numpy()
+    seasonal = slices["day_multiplier"].to_numpy() * (1 + s.demand.growth_per_period) ** slices["period_index"].to_numpy()
+    frames = []
+    for m in s.metros.values():
+        local = hours + m.utc_offset_hours
+        for k, w in s.workloads.items():
+            base = w.peak_requests_per_s_per_million_people * m.weight * mix.get((m.id, k), 1.0) * s.demand.scale
+            if base <= 0:
+                continue
+            rate = base * profile_at(s.diurnal[w.diurnal_profile], local) * seasonal
+            frames.append(pd.DataFrame({"metro": m.id, "workload": k, "slice": slices.index, "requests_per_s": rate}))
+    return pd.concat(frames, ignore_index=True) if frames else _empty()
+
+
+def tabled_demand(s: Scenario, slices: pd.DataFrame) -> pd.DataFrame:
+    """Demand given as rows; a row without a day type applies to every day type."""
+    key = slices.reset_index()[["slice", "period", "day_type", "hour"]]
+    rows = pd.DataFrame([r.model_dump() for r in s.demand.table])
+    if rows.empty:
+        return _empty()
+    typed = rows[rows["day_type"].notna()].merge(key, on=["period", "day_type", "hour"])
+    untyped = rows[rows["day_type"].isna()].drop(columns="day_type").merge(key, on=["period", "hour"])
+    out = pd.concat([typed, untyped], ignore_index=True)
+    out = out.groupby(["metro", "workload", "slice"], as_index=False)["requests_per_s"].sum()
+    return out[out["requests_per_s"] > 0].reset_index(drop=True)
+
+
+def _empty() -> pd.DataFrame:
+    return pd.DataFrame({"metro": pd.Series(dtype=str), "workload": pd.Series(dtype=str),
+                         "slice": pd.Series(dtype=int), "requests_per_s": pd.Series(dtype=float)})
+
+
+def build_demand(s: Scenario, slices: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Long table (metro, workload, slice, requests_per_s), mean rate in the slice's hour."""
+    slices = build_slices(s) if slices is None else slices
+    return tabled_demand(s, slices) if s.demand.table is not None else modelled_demand(s, slices)
+
+
+def annual_requests(demand: pd.DataFrame, slices: pd.DataFrame) -> float:
+    """Requests in the year: Σ λ · weight_hours · 3600."""
+    w = slices["weight_hours"].reindex(demand["slice"]).to_numpy()
+    return float((demand["requests_per_s"].to_numpy() * w).sum() * 3600.0)

@@ -1,0 +1,215 @@
+"""The latency graph: metros and sites joined by edges of one-way latency (ms), and the
+round-trip time from every metro to every site.
+
+Default graph: every pair of nodes is joined by an edge of
+    one_way_ms = great_circle_km · route_factor / fiber_km_per_ms + site_rtt_ms / 2
+(fibre rarely runs straight: route_factor is the path inflation; site_rtt_ms is switching and
+routing at the two ends). A user in metro m reaching site s sees
+    RTT(m, s) = 2 · shortest_path_ms(m, s) + access_rtt_ms   (last mile, user's end).
+A GraphML file or an edge CSV (from, to, one_way_ms) can replace the default graph; both are
+exported by `write_graphml` / `write_edge_csv`. Node names are ``metro:ID`` and ``site:ID``
+(a site may share its metro's id); any other node is a backbone hub and, in GraphML, must
+carry the attribute kind="hub".
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+import pandas as pd
+
+from optimizer.errors import Origin, ScenarioError, unknown_id_message
+from optimizer.scenario import Scenario
+
+EARTH_RADIUS_KM = 6371.0088
+
+
+def haversine_km(lat1, lon1, lat2, lon2):
+    """Great-circle distance on a sphere of the mean Earth radius:
+    d = 2R·asin(√(sin²(Δφ/2) + cos φ₁ cos φ₂ sin²(Δλ/2)))."""
+    p1, p2 = np.radians(lat1), np.radians(lat2)
+    dp = p2 - p1
+    dl = np.radians(np.asarray(lon2) - np.asarray(lon1))
+    h = np.sin(dp / 2) ** 2 + np.cos(p1) * np.cos(p2) * np.sin(dl / 2) ** 2
+    return 2 * EARTH_RADIUS_KM * np.arcsin(np.sqrt(np.clip(h, 0.0, 1.0)))
+
+
+def model_rtt_ms(distance_km, route_factor: float, fiber_km_per_ms: float, site_rtt_ms: float):
+    """Round trip between two data centres under the default model (no access latency)."""
+    return 2.0 * np.asarray(distance_km) * route_factor / fiber_km_per_ms + site_rtt_ms
+
+
+def metro_node(metro_id: str) -> str:
+    return f"metro:{metro_id}"
+
+
+def site_node(site_id: str) -> str:
+    return f"site:{site_id}"
+
+
+def _nodes(s: Scenario) -> dict[str, dict]:
+    nodes = {metro_node(m.id): {"kind": "metro", "lat": m.lat, "lon": m.lon} for m in s.metros.values()}
+    nodes.update({site_node(x.id): {"kind": "site", "lat": x.lat, "lon": x.lon} for x in s.sites.values()})
+    return nodes
+
+
+def default_graph(s: Scenario) -> nx.Graph:
+    """Every metro and site joined to every other by the great-circle edge."""
+    spec = s.network
+    nodes = _nodes(s)
+    ids = list(nodes)
+    lat = np.array([nodes[i]["lat"] for i in ids])
+    lon = np.array([nodes[i]["lon"] for i in ids])
+    dist = haversine_km(lat[:, None], lon[:, None], lat[None, :], lon[None, :])
+    one_way = dist * spec.route_factor / spec.fiber_km_per_ms + spec.site_rtt_ms / 2.0
+    g = nx.Graph()
+    g.add_nodes_from((i, nodes[i]) for i in ids)
+    rows, cols = np.triu_indices(len(ids), k=1)
+    g.add_edges_from(
+        (ids[a], ids[b], {"one_way_ms": float(one_way[a, b]), "km": float(dist[a, b])}) for a, b in zip(rows, cols)
+    )
+    return g
+
+
+def _check_graph(g: nx.Graph, s: Scenario, origin: Origin) -> nx.Graph:
+    known = _nodes(s)
+    for node, attrs in g.nodes(data=True):
+        if node not in known and attrs.get("kind") != "hub":
+            raise ScenarioError(
+                unknown_id_message("node (not metro:ID, site:ID or a node with kind=hub)", node, known), origin
+            )
+    for u, v, attrs in g.edges(data=True):
+        ms = attrs.get("one_way_ms")
+        if ms is None or not np.isfinite(ms) or ms < 0:
+            raise ScenarioError(
+                f"edge {u}–{v}: expected a one-way latency ≥ 0 ms, got {ms!r}", origin, field="one_way_ms"
+            )
+    missing = [n for n in known if n not in g]
+    if missing:
+        raise ScenarioError(f"the graph lacks node(s) {', '.join(missing[:10])}: every metro and site needs a node", origin)
+    for node, attrs in known.items():
+        g.nodes[node].update(attrs)
+    sites = [n for n, a in known.items() if a["kind"] == "site"]
+    component = nx.node_connected_component(g, sites[0]) if sites else set()
+    cut_off = [n for n in known if n not in component]
+    if cut_off:
+        raise ScenarioError(
+            f"the latency graph is disconnected: {', '.join(sorted(cut_off)[:10])} cannot reach site '{sites[0]}'",
+            origin,
+        )
+    return g
+
+
+def read_edge_csv(path: Path) -> nx.Graph:
+    g = nx.Graph()
+    with path.open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        missing = {"from", "to", "one_way_ms"} - set(reader.fieldnames or [])
+        if missing:
+            raise ScenarioError(f"missing column(s) {', '.join(sorted(missing))} (expected from,to,one_way_ms)", Origin(str(path), 1))
+        for line, row in enumerate(reader, start=2):
+            try:
+                ms = float(row["one_way_ms"])
+            except (TypeError, ValueError):
+                raise ScenarioError("expected a number of milliseconds", Origin(str(path), line), field="one_way_ms") from None
+            if not np.isfinite(ms) or ms < 0:
+                raise ScenarioError(f"expected a one-way latency ≥ 0 ms, got {ms}", Origin(str(path), line), field="one_way_ms")
+            g.add_edge(row["from"].strip(), row["to"].strip(), one_way_ms=ms)
+    return g
+
+
+def read_graph(path: Path) -> nx.Graph:
+    if path.suffix.lower() == ".graphml":
+        try:
+            g = nx.read_graphml(path)
+        except Exception as exc:  # networkx raises several parser errors; all mean a bad file
+            raise ScenarioError(f"cannot read GraphML: {exc}", Origin(str(path))) from exc
+        for _, _, attrs in g.edges(data=True):
+            if "one_way_ms" in attrs:
+                attrs["one_way_ms"] = float(attrs["one_way_ms"])
+        return nx.Graph(g)
+    return read_edge_csv(path)
+
+
+def build_graph(s: Scenario, base_dir: Path | None = None) -> nx.Graph:
+    """The scenario's graph: loaded from ``network.graph`` if given, else the default."""
+    if not s.network.graph:
+        return default_graph(s)
+    path = Path(s.network.graph)
+    if not path.is_absolute() and base_dir is not None:
+        path = base_dir / path
+    if not path.exists():
+        raise ScenarioError("the network graph file does not exist", Origin(str(path)), field="network.graph")
+    return _check_graph(read_graph(path), s, Origin(str(path)))
+
+
+def rtt_matrix(g: nx.Graph, s: Scenario) -> pd.DataFrame:
+    """RTT ms, metros × sites: 2 · shortest one-way path + access_rtt_ms."""
+    metros, sites = list(s.metros), list(s.sites)
+    out = np.full((len(metros), len(sites)), np.inf)
+    for j, site in enumerate(sites):
+        dist = nx.single_source_dijkstra_path_length(g, site_node(site), weight="one_way_ms")
+        out[:, j] = [2.0 * dist.get(metro_node(m), np.inf) + s.network.access_rtt_ms for m in metros]
+    unreachable = np.isinf(out).all(axis=1)
+    if unreachable.any():
+        lost = [m for m, bad in zip(metros, unreachable) if bad]
+        raise ScenarioError(f"metro(s) {', '.join(lost[:10])} cannot reach any site in the latency graph", Origin("network"))
+    return pd.DataFrame(out, index=pd.Index(metros, name="metro"), columns=pd.Index(sites, name="site"))
+
+
+def rtt_long(rtt: pd.DataFrame) -> pd.DataFrame:
+    """Long form (from, to, rtt_ms)."""
+    out = rtt.stack().rename("rtt_ms").reset_index()
+    return out.rename(columns={"metro": "from", "site": "to"})
+
+
+def write_graphml(g: nx.Graph, path: Path) -> None:
+    nx.write_graphml(g, path)
+
+
+def write_edge_csv(g: nx.Graph, path: Path) -> None:
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["from", "to", "one_way_ms"])
+        for u, v, attrs in g.edges(data=True):
+            writer.writerow([u, v, f"{attrs['one_way_ms']:.6f}"])
+
+
+def plot_map(g: nx.Graph, s: Scenario, path: Path, flows: pd.DataFrame | None = None) -> None:
+    """Metros, sites and (optionally) routing flows (metro, site, weight) on a lon/lat plane."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(12, 6.5))
+    if flows is not None and len(flows):
+        top = flows["weight"].max()
+        for row in flows.itertuples():
+            m, site = s.metros[row.metro], s.sites[row.site]
+            ax.plot([m.lon, site.lon], [m.lat, site.lat], color="tab:blue",
+                    alpha=0.25 + 0.6 * row.weight / top, lw=0.5 + 3 * row.weight / top, zorder=1)
+    else:
+        for u, v in nx.minimum_spanning_tree(g, weight="one_way_ms").edges():
+            a, b = g.nodes[u], g.nodes[v]
+            if "lon" not in a or "lon" not in b:
+                continue
+            ax.plot([a["lon"], b["lon"]], [a["lat"], b["lat"]], color="0.8", lw=0.6, zorder=1)
+    ax.scatter([m.lon for m in s.metros.values()], [m.lat for m in s.metros.values()],
+               s=[8 + 3 * np.sqrt(m.population / 1e5) for m in s.metros.values()], color="tab:orange",
+               alpha=0.8, label="metro (size: population)", zorder=2)
+    ax.scatter([x.lon for x in s.sites.values()], [x.lat for x in s.sites.values()], marker="s", s=60,
+               color="tab:green", edgecolor="k", label="candidate site", zorder=3)
+    for x in s.sites.values():
+        ax.annotate(x.id, (x.lon, x.lat), xytext=(4, 4), textcoords="offset points", fontsize=7)
+    ax.set_xlabel("longitude (°)")
+    ax.set_ylabel("latitude (°)")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower left", fontsize=8)
+    ax.set_title(f"{s.name}: metros, sites" + (" and routing" if flows is not None else " and latency backbone"))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
