@@ -1,0 +1,25 @@
+"""GPUs of replicas fit the nodes: for every site s, accelerator g and state t
+
+          Σ_{pools on (s,g)} GPUs of their replicas  ≤  GPUs per node · usable nodes[s,g,t]
+
+Replicas of one pool may sit on nodes of any contract (committed or on-demand); a pool's
+replicas never span accelerator types.
+"""
+
+from __future__ import annotations
+
+import pyomo.environ as pyo
+
+from formulations.registry import require
+
+
+def add_to(build) -> None:
+    model, inst, terms = build.model, build.inst, build.terms
+    load = require(terms.gpu_load, "gpu_load")
+    usable = require(terms.nodes_usable, "nodes_usable")
+    keys = sorted(load)
+    model.gpu_capacity = pyo.Constraint(
+        keys,
+        rule=lambda m, s, g, t: pyo.quicksum(load[(s, g, t)])
+        <= inst.gpus_per_node[g] * pyo.quicksum(usable.get((s, g, t), [])),
+    )

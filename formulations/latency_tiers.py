@@ -1,0 +1,28 @@
+"""Latency tiers as separate pools — no big-M, no binaries.
+
+A metro reaches site s in the tier whose RTT bound is the smallest at or above RTT(m, s);
+each (site, workload, tier) has its own pools, sized for the queueing budget left after
+that tier's worst RTT, the overheads, the prefill of the p99 prompt and (disaggregated) the
+hand-off. A request routed into a tier is therefore inside its TTFT objective whenever its
+pool keeps its queueing promise.
+
+Balance   Σ_{arcs into (s,k,τ)} x[·,t] = Σ_{prefill + colocated pools of (s,k,τ)} y[·,t]
+          for every (regime, site s, workload k, tier τ, state t).
+"""
+
+from __future__ import annotations
+
+import pyomo.environ as pyo
+
+from formulations.registry import require
+
+
+def add_to(build) -> None:
+    model, terms = build.model, build.terms
+    inflow = require(terms.tier_inflow, "tier_inflow")
+    outflow = terms.tier_outflow
+    keys = sorted(set(inflow) | set(outflow))
+    model.tier_balance = pyo.Constraint(
+        keys,
+        rule=lambda m, *key: pyo.quicksum(inflow.get(key, [])) == pyo.quicksum(outflow.get(key, [])),
+    )

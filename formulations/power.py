@@ -1,0 +1,22 @@
+"""Power: the nodes powered at a site never draw more than its megawatts.
+
+          Σ_g node kW_g · PUE_s · powered nodes[s,g,t]  ≤  1000 · MW_s     for every (s, t)
+"""
+
+from __future__ import annotations
+
+import pyomo.environ as pyo
+
+from formulations.registry import require
+
+
+def add_to(build) -> None:
+    model, inst, terms = build.model, build.inst, build.terms
+    powered = require(terms.nodes_powered, "nodes_powered")
+    by_site: dict = {}
+    for (s, g, t), exprs in powered.items():
+        by_site.setdefault((s, t), []).extend(inst.node_kw[g] * inst.pue[s] * e for e in exprs)
+    model.power = pyo.Constraint(
+        sorted(k for k, exprs in by_site.items() if exprs),
+        rule=lambda m, s, t: pyo.quicksum(by_site[(s, t)]) <= inst.power_kw[s],
+    )

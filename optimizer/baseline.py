@@ -1,0 +1,105 @@
+"""The plan a careful planner would make by hand — the baseline every plan is measured against.
+
+For each workload: one accelerator type, colocated serving (no disaggregation), each metro
+served from its nearest site that offers that type within the TTFT objective, every site
+provisioned for its peak hour of the year on reserved capacity (the cheapest allowed term).
+The accelerator type is the one that makes this plan cheapest — the planner tries each.
+It is costed with the same curves and the same arithmetic as the optimizer's plans.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+from optimizer.costing import Solution, procurement_table
+from optimizer.instance import NOMINAL, Instance, replicas_for
+
+
+@dataclass
+class Baseline:
+    total_cost_usd: float
+    gpu_by_workload: dict[str, str]
+    solution: Solution
+
+
+def _assign(inst: Instance, k: str, gpu: str):
+    """(metro → (site, tier), (site, tier) → pool): each metro's nearest site with a
+    colocated pool on ``gpu`` in a tier it can use (its own or looser); None when some metro
+    with demand has none."""
+    pools = {(p.site, p.tier): p for p in inst.pools
+             if p.role == "colocated" and p.regime == NOMINAL and p.workload == k and p.gpu == gpu}
+    out = {}
+    by_metro = defaultdict(list)
+    for a in inst.arcs[NOMINAL]:
+        if a.workload == k and (a.site, a.tier) in pools:
+            by_metro[a.metro].append(a)
+    for m in {m for (m, kk, _) in inst.demand if kk == k}:
+        arcs = sorted(by_metro.get(m, []), key=lambda a: (a.rtt_ms, a.tier))
+        if not arcs:
+            return None
+        out[m] = (arcs[0].site, arcs[0].tier)
+    return out, pools
+
+
+def _plan_for(inst: Instance, k: str, gpu: str):
+    found = _assign(inst, k, gpu)
+    if found is None:
+        return None
+    assign, pools = found
+    # a site serves all its metros from one pool: the loosest tier any of them needs
+    tier_at = defaultdict(int)
+    for site, tier in assign.values():
+        tier_at[site] = max(tier_at[site], tier)
+    load = defaultdict(float)
+    routes = {}
+    for st in inst.states:
+        if st.lost_site is not None:
+            continue
+        for m, (site, _) in assign.items():
+            lam = inst.demand.get((m, k, st.slice), 0.0)
+            if lam:
+                load[(site, st.id)] += lam
+                routes[(m, site, k, tier_at[site], st.id)] = lam
+    peak_nodes = defaultdict(int)
+    flows, replicas = {}, {}
+    for (site, sid), lam in load.items():
+        pool = pools[(site, tier_at[site])]
+        n = replicas_for(pool, inst.peak_to_mean * lam)
+        flows[(pool.id, sid)] = lam
+        replicas[(pool.id, sid)] = n
+        peak_nodes[site] = max(peak_nodes[site], math.ceil(n * pool.gpus / inst.gpus_per_node[gpu]))
+    return peak_nodes, flows, replicas, routes
+
+
+def baseline(inst: Instance) -> Baseline | None:
+    """The hand-made plan, or None when some workload has no single accelerator type that
+    serves every metro colocated from its nearest site."""
+    committed: dict = {}
+    flows, replicas, routes = {}, {}, {}
+    choice = {}
+    for k in inst.workloads:
+        best = None
+        for g in inst.gpus:
+            plan = _plan_for(inst, k, g)
+            if plan is None:
+                continue
+            nodes = plan[0]
+            cost = sum(n * min(inst.contracts[(s, g)].committed.values(), default=math.inf) for s, n in nodes.items())
+            if best is None or cost < best[0]:
+                best = (cost, g, plan)
+        if best is None:
+            return None
+        _, g, (nodes, f, r, ro) = best
+        choice[k] = g
+        for s, n in nodes.items():
+            terms = inst.contracts[(s, g)].committed
+            term = min(sorted(terms), key=lambda t: terms[t])
+            committed[(s, g, term)] = committed.get((s, g, term), 0) + n
+        flows.update(f)
+        replicas.update(r)
+        routes.update(ro)
+    sol = Solution(committed, {}, flows, replicas, routes, {})
+    total = float(procurement_table(inst, sol)["cost_usd"].sum())
+    return Baseline(total, choice, sol)

@@ -1,0 +1,312 @@
+"""`fleetplan …` — the command line. Each command parses its arguments and calls the library;
+errors meant for the planner print one message and exit with the documented code
+(`optimizer.errors`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from optimizer.errors import FleetplanError, ScenarioError
+
+
+def _print_json(obj) -> None:
+    print(json.dumps(obj, indent=2, sort_keys=False, default=_json_default))
+
+
+def _json_default(x):
+    if hasattr(x, "item"):
+        return x.item()
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    return str(x)
+
+
+def _table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
+    """Fixed-width text table; columns are (key, header, format)."""
+    cells = [[h for _, h, _ in columns]]
+    for row in rows:
+        cells.append([("-" if row.get(k) is None else format(row[k], f)) for k, _, f in columns])
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- commands
+
+
+def cmd_curves(args) -> int:
+    from optimizer.operating import operating_table
+    from optimizer.errors import unknown_id_message
+    from optimizer.scenario import load_scenario
+
+    s, _ = load_scenario(args.scenario)
+    for kind, value, table in (("model", args.model, s.models), ("accelerator", args.gpu, s.accelerators)):
+        if value not in table:
+            raise ScenarioError(unknown_id_message(kind, value, table), field=f"--{'model' if kind == 'model' else 'gpu'}")
+    model, gpu = s.models[args.model], s.accelerators[args.gpu]
+    if args.dtype == "fp8" and gpu.fp8_dense_tflops is None:
+        raise ScenarioError(f"{gpu.id} has no FP8 support; use --dtype bf16", field="--dtype")
+    price = args.price_usd_per_gpu_hour
+    if price is None:
+        if args.gpu not in s.prices:
+            raise ScenarioError(f"no price for {args.gpu}; pass --price-usd-per-gpu-hour", field="--price-usd-per-gpu-hour")
+        price = s.prices[args.gpu].ondemand_usd_per_gpu_hour
+    out = operating_table(model, gpu, s.serving, args.isl, args.osl, args.itl_ms, price,
+                          args.dtype, args.kv_dtype or args.dtype, args.ttft_ms)
+    if args.plot:
+        _plot_curves(out, model, gpu, s.serving, args)
+    if args.json:
+        _print_json(out)
+        return 0
+    print(f"{model.id} on {gpu.id} ({args.dtype} weights, {args.kv_dtype or args.dtype} KV): "
+          f"KV {out['kv_bytes_per_token']:,.0f} B/token; prompt {args.isl:g}, output {args.osl:g} tokens; "
+          f"ITL objective {args.itl_ms:g} ms; ${price:g}/GPU-h")
+    if not out["configs"]:
+        print(f"the weights of {model.id} do not fit {gpu.id} at any allowed parallel degree")
+        return 0
+    print(_table(out["configs"], [
+        ("tp", "GPUs", "d"), ("weights_gb_per_gpu", "weights GB/GPU", ".1f"), ("kv_budget_gb", "KV GB", ".1f"),
+        ("max_concurrency", "max conc.", "d"), ("prefill_ms", "prefill ms", ".1f"), ("decode_batch", "batch", "d"),
+        ("decode_step_ms", "step ms", ".1f"), ("decode_tokens_per_s", "tok/s", ",.0f"),
+        ("usd_per_million_output_tokens", "$/M out", ".3f"), ("knee_batch", "knee", "d"),
+        ("floor_usd_per_million_output_tokens", "floor $/M", ".3f"),
+    ]))
+    return 0
+
+
+def _plot_curves(out, model, gpu, serving, args) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from optimizer.operating import batch_sweep
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for row in out["configs"]:
+        sweep = batch_sweep(model, gpu, serving, row["tp"], args.isl, args.osl, args.dtype, args.kv_dtype or args.dtype)
+        line = ax1.plot(sweep["batch"], sweep["tokens_per_s"], label=f"{row['tp']} GPUs")[0]
+        ax2.plot(sweep["batch"], sweep["step_ms"], color=line.get_color())
+        k = sweep["knee"]
+        if k:
+            ax1.plot([k], [sweep["tokens_per_s"][k - 1]], "o", color=line.get_color())
+            ax2.plot([k], [sweep["step_ms"][k - 1]], "o", color=line.get_color())
+    ax2.axhline(args.itl_ms / serving.itl_tail_factor, ls="--", color="0.4", lw=1, label="ITL objective / tail")
+    ax1.set(xlabel="decode batch", ylabel="tokens/s per replica", title=f"{model.id} on {gpu.id}: throughput (● knee)")
+    ax2.set(xlabel="decode batch", ylabel="step time (ms)", title="decode step time")
+    ax1.legend(fontsize=8)
+    ax2.legend(fontsize=8)
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(args.plot, dpi=110)
+    plt.close(fig)
+
+
+def cmd_validate(args) -> int:
+    from optimizer.scenario import load_scenario
+
+    s, raw = load_scenario(args.scenario)
+    for w in raw.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    print(f"{raw.path}: valid — {len(s.metros)} metros, {len(s.sites)} sites, {len(s.accelerators)} accelerators, "
+          f"{len(s.workloads)} workloads, {len(s.horizon.periods)} periods × {len(s.horizon.day_types)} day type(s) × 24 h")
+    return 0
+
+
+def cmd_budget(args) -> int:
+    from optimizer.budget import best_waterfall
+    from optimizer.configs import kv_bytes_per_token, workload_configs
+    from optimizer.network import build_graph, rtt_matrix
+    from optimizer.errors import unknown_id_message
+    from optimizer.scenario import load_scenario
+
+    s, raw = load_scenario(args.scenario)
+    for kind, value, table in (("metro", args.metro, s.metros), ("site", args.site, s.sites),
+                               ("workload", args.workload, s.workloads)):
+        if value not in table:
+            raise ScenarioError(unknown_id_message(kind, value, table), field=f"--{kind}")
+    gpus = [args.gpu] if args.gpu else sorted(s.supply.get(args.site, {}))
+    for g in gpus:
+        if g not in s.accelerators:
+            raise ScenarioError(unknown_id_message("accelerator", g, s.accelerators), field="--gpu")
+    rtt = rtt_matrix(build_graph(s, raw.path.parent), s).loc[args.metro, args.site]
+    w = s.workloads[args.workload]
+    m = s.models[w.model]
+    configs = [c for g in gpus for c in workload_configs(w, m, s.accelerators[g], s.serving)]
+    best = best_waterfall(w, s, float(rtt), configs, kv_bytes_per_token(w, m))
+    if best is None:
+        raise ScenarioError(f"{w.model} cannot be served on {', '.join(gpus)} within the {w.itl_p99_ms:g} ms ITL objective")
+    out = {"metro": args.metro, "site": args.site, "gpus": gpus, **best.as_dict()}
+    if args.json:
+        _print_json(out)
+        return 0
+    print(f"TTFT budget, {args.workload} from {args.metro} at {args.site} ({best.mode}: {best.prefill_config}"
+          + (f" → {best.decode_config}" if best.mode == "disaggregated" else "") + ")")
+    spent = 0.0
+    for key, label in (("rtt_ms", "network round trip"), ("overhead_ms", "tokenise + safety + admission"),
+                       ("prefill_ms", "prefill of the p99 prompt"), ("kv_transfer_ms", "KV transfer"),
+                       ("first_token_ms", "first token (join + step)")):
+        spent += out[key]
+        print(f"  {label:32s} {out[key]:8.1f} ms   (cumulative {spent:7.1f})")
+    print(f"  {'left for queueing':32s} {out['queue_budget_ms']:8.1f} ms   of a {w.ttft_p99_ms:g} ms p99 objective"
+          + ("" if best.feasible else "  → INFEASIBLE"))
+    return 0
+
+
+def cmd_network(args) -> int:
+    from optimizer.network import build_graph, plot_map, rtt_long, rtt_matrix, write_edge_csv, write_graphml
+    from optimizer.scenario import load_scenario
+
+    s, raw = load_scenario(args.scenario)
+    g = build_graph(s, raw.path.parent)
+    rtt = rtt_matrix(g, s)
+    if args.rtt_csv:
+        _atomic_write_csv(rtt_long(rtt), Path(args.rtt_csv))
+    if args.graphml:
+        write_graphml(g, Path(args.graphml))
+    if args.edges_csv:
+        write_edge_csv(g, Path(args.edges_csv))
+    if args.plot:
+        plot_map(g, s, Path(args.plot))
+    nearest = rtt.min(axis=1)
+    print(f"{len(s.metros)} metros × {len(s.sites)} sites; RTT to the nearest site: median {nearest.median():.1f} ms, "
+          f"worst {nearest.max():.1f} ms ({nearest.idxmax()})")
+    return 0
+
+
+def _atomic_write_csv(df, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    df.to_csv(tmp, index=False)
+    tmp.replace(path)
+
+
+def cmd_plan(args) -> int:
+    from optimizer.plan import make_plan, write_plan
+
+    progress = (lambda msg: print(msg, file=sys.stderr)) if not args.quiet else None
+    plan = make_plan(args.scenario, args.set or [], time_limit_s=args.time_limit, mip_gap=args.mip_gap,
+                     threads=args.threads, exact=args.exact, allow_unserved=args.allow_unserved, progress=progress)
+    out = write_plan(plan, args.out)
+    sm = plan.summary
+    if args.json:
+        _print_json({k: v for k, v in sm.items() if k != "steps"})
+    else:
+        print(_plan_text(sm, out))
+    if sm["status"] == "time_limit":
+        return 4
+    return 0
+
+
+def _plan_text(sm: dict, out) -> str:
+    lines = [
+        f"plan of '{sm['scenario']}' written to {out}",
+        f"  status {sm['status']}: cost ${sm['total_cost_usd']:,.0f}/year, proven bound ${sm['best_bound_usd']:,.0f}, "
+        f"gap {100 * sm['mip_gap']:.2f} % (target {100 * sm['mip_gap_target']:.2f} %)",
+        f"  ${sm['cost_per_million_tokens_usd']:.3f} per million goodput output tokens; "
+        f"{sm['goodput_tokens_per_s_avg']:,.0f} tok/s on average, {sm['goodput_tokens_per_s_peak']:,.0f} at peak; "
+        f"{sm['tokens_per_s_per_mw']:,.0f} tok/s per MW",
+        f"  reserved share of GPU-hours {100 * sm['reserved_share_of_gpu_hours']:.0f} %, average utilisation "
+        f"{100 * sm['average_utilization']:.0f} %, unserved {100 * sm['unserved_fraction']:.3f} %",
+        "  GPUs at peak: " + ", ".join(f"{g} {n:,}" for g, n in sm["gpus_by_type_peak"].items()),
+    ]
+    if sm.get("baseline_cost_usd"):
+        lines.append(f"  hand-made baseline ${sm['baseline_cost_usd']:,.0f}/year: the plan saves "
+                     f"{100 * sm['savings_vs_baseline']:.1f} %")
+    for k, v in sm["cost_per_million_tokens_usd_by_workload"].items():
+        if v is not None:
+            lines.append(f"    {k:20s} ${v:8.3f} per million output tokens")
+    if sm["repair_violations"]:
+        lines.append("  WARNING: " + "; ".join(sm["repair_violations"][:5]))
+    lines.append(f"  solved in {sm['solve_seconds']:.1f} s (build {sm['build_seconds']:.1f} s, hand-off {sm['handoff_seconds']:.1f} s)")
+    return "\n".join(lines)
+
+
+def cmd_scenarios(args) -> int:
+    from optimizer.scenario import DATA_DIR, read_yaml
+
+    for path in sorted((DATA_DIR / "scenarios").glob("*.yaml")):
+        doc = read_yaml(path)
+        print(f"{path.stem:24s} {' '.join(str(doc.get('description', '')).split())[:100]}")
+    return 0
+
+
+# ---------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fleetplan", description="Plan LLM-inference fleets at the lowest cost that meets p99 latency objectives.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("curves", help="operating table of a model on an accelerator")
+    c.add_argument("--model", required=True)
+    c.add_argument("--gpu", required=True)
+    c.add_argument("--isl", type=float, default=2000, help="prompt tokens (default 2000)")
+    c.add_argument("--osl", type=float, default=500, help="output tokens (default 500)")
+    c.add_argument("--itl-ms", type=float, default=50.0, help="p99 inter-token objective (default 50)")
+    c.add_argument("--ttft-ms", type=float, help="p99 TTFT objective, to show the headroom after prefill")
+    c.add_argument("--price-usd-per-gpu-hour", type=float, help="default: the scenario's on-demand price")
+    c.add_argument("--dtype", choices=["bf16", "fp8"], default="bf16", help="weight precision")
+    c.add_argument("--kv-dtype", choices=["bf16", "fp8"], help="KV precision (default: as weights)")
+    c.add_argument("--scenario", help="take catalogue and serving settings from this scenario (default: reference)")
+    c.add_argument("--plot", help="PNG of tokens/s and step time vs batch, knee marked")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_curves)
+
+    v = sub.add_parser("validate", help="check a scenario file; exit 0 or 2 with the first error")
+    v.add_argument("scenario")
+    v.set_defaults(func=cmd_validate)
+
+    b = sub.add_parser("budget", help="TTFT budget waterfall for a metro, a site and a workload")
+    b.add_argument("--metro", required=True)
+    b.add_argument("--site", required=True)
+    b.add_argument("--workload", required=True)
+    b.add_argument("--gpu", help="accelerator for prefill and decode (default: the best the site offers)")
+    b.add_argument("--scenario")
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(func=cmd_budget)
+
+    n = sub.add_parser("network", help="the latency graph: RTT table, map, exports")
+    n.add_argument("scenario", nargs="?")
+    n.add_argument("--rtt-csv", help="write from,to,rtt_ms for every metro and site")
+    n.add_argument("--plot", help="PNG map of metros, sites and links")
+    n.add_argument("--graphml", help="export the graph as GraphML")
+    n.add_argument("--edges-csv", help="export the graph as from,to,one_way_ms")
+    n.set_defaults(func=cmd_network)
+
+    pl = sub.add_parser("plan", help="plan a scenario (default: the embedded reference scenario)")
+    pl.add_argument("scenario", nargs="?")
+    pl.add_argument("--out", default="plan", help="plan folder to write (default ./plan)")
+    pl.add_argument("--time-limit", type=float, help="seconds for the whole solve (default: the scenario's policy)")
+    pl.add_argument("--mip-gap", type=float, help="target relative gap (default: the scenario's policy)")
+    pl.add_argument("--threads", type=int)
+    pl.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario field by dotted path")
+    pl.add_argument("--exact", action="store_true", help="integer replicas throughout (small cases and checks)")
+    pl.add_argument("--allow-unserved", action="store_true", help="write the plan even if some demand is unserved")
+    pl.add_argument("--json", action="store_true")
+    pl.add_argument("--quiet", action="store_true", help="no progress lines")
+    pl.set_defaults(func=cmd_plan)
+
+    sc = sub.add_parser("scenarios", help="list the shipped example scenarios")
+    sc.set_defaults(func=cmd_scenarios)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except FleetplanError as exc:
+        print(f"fleetplan: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("fleetplan: interrupted; nothing half-written was left behind", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""What a plan costs, line by line — the same arithmetic as the MIP's objective, applied to
+whole numbers of replicas and nodes. Every dollar of a plan's total lives in one row of the
+procurement table (nodes, energy, ramps per site and accelerator; egress in a row of its
+own); the unserved-demand penalty is not a cost the fleet pays and is reported apart."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from optimizer.instance import Instance, replicas_for
+
+HOURS_PER_YEAR = 8760.0
+
+
+@dataclass
+class Solution:
+    """A plan's decisions, whole where the world is whole."""
+
+    committed: dict[tuple[str, str, str], int]  # (site, gpu, term) → nodes
+    ondemand: dict[tuple[str, str, int], int]  # (site, gpu, state) → nodes
+    flows: dict[tuple[int, int], float]  # (pool, state) → requests/s
+    replicas: dict[tuple[int, int], int]  # (pool, state) → replicas
+    routes: dict[tuple, float]  # (metro, site, workload, tier, state) → requests/s
+    unserved: dict[tuple[str, str, int], float]  # (metro, workload, state) → requests/s
+    violations: list[str] = field(default_factory=list)
+
+
+def whole_replicas(inst: Instance, flows: dict[tuple[int, int], float]) -> dict[tuple[int, int], int]:
+    """Replicas each pool needs for its peak-sized load (exact SLO capacity on the integers)."""
+    return {key: replicas_for(inst.pools[key[0]], inst.peak_to_mean * y) for key, y in flows.items()}
+
+
+def nodes_needed(inst: Instance, replicas: dict[tuple[int, int], int]) -> dict[tuple[str, str, int], int]:
+    gpus: dict[tuple[str, str, int], int] = {}
+    for (pid, sid), n in replicas.items():
+        if n:
+            p = inst.pools[pid]
+            gpus[(p.site, p.gpu, sid)] = gpus.get((p.site, p.gpu, sid), 0) + n * p.gpus
+    return {key: math.ceil(v / inst.gpus_per_node[key[1]]) for key, v in gpus.items()}
+
+
+def repair(inst: Instance, flows: dict, routes: dict, unserved: dict) -> Solution:
+    """Make a master solution whole: whole replicas per pool and state (the smallest pool
+    meeting its SLO capacity at the peak-sized load), then per (site, accelerator) the
+    cheapest whole commitment and on-demand nodes that host them (`commit`). Breaches of
+    supply caps or power are recorded, never hidden."""
+    replicas = whole_replicas(inst, flows)
+    need = nodes_needed(inst, replicas)
+    committed, ondemand, violations = commit(inst, need)
+    violations += _power_violations(inst, committed, ondemand)
+    return Solution(committed, ondemand, dict(flows), replicas, dict(routes), dict(unserved), violations)
+
+
+def _day_cycles(inst: Instance) -> list[list[int]]:
+    """Nominal state ids of each (period, day type) in hour order — the cycles ramps follow."""
+    nominal = {st.slice: st.id for st in inst.states if st.lost_site is None}
+    return [[nominal[t] for t in group.sort_values("hour").index]
+            for _, group in inst.slices.groupby(["period", "day_type"], sort=False)]
+
+
+def commit(inst: Instance, need: dict[tuple[str, str, int], int]):
+    """Per (site, accelerator): the whole number of committed nodes c, on the cheapest
+    allowed contract, minimising
+
+        c · rate_c · 8760 + Σ_t h_t · rate_od · o_t(c) + ramp cost(o(c)),
+        o_t(c) = ⌈max(0, N_t − c) / (1 − φ)⌉,
+
+    N_t the nodes the state's whole replicas need. Contingency states use the peak slice's
+    on-demand nodes, which rise to cover them. Exact by enumeration of c: once replicas are
+    fixed, (site, accelerator) pairs are independent except for power, checked afterwards.
+    """
+    weight = {st.id: st.weight_hours for st in inst.states}
+    cycles = _day_cycles(inst)
+    nominal_ids = [sid for cycle in cycles for sid in cycle]
+    peak = next(st.id for st in inst.states if st.slice == inst.peak_slice and st.lost_site is None)
+    contingencies = [st.id for st in inst.states if st.lost_site is not None]
+    peak_pos = nominal_ids.index(peak)
+    committed, ondemand, violations = {}, {}, []
+    for s, g in inst.site_gpus:
+        n_nominal = np.array([need.get((s, g, sid), 0) for sid in nominal_ids], dtype=float)
+        n_cont = max((need.get((s, g, sid), 0) for sid in contingencies), default=0)
+        top = int(max(n_nominal.max(initial=0), n_cont))
+        if top == 0:
+            continue
+        contract = inst.contracts[(s, g)]
+        terms = {t: r + (contract.owned_energy if t == "owned" else 0.0) for t, r in contract.committed.items()}
+        term = min(sorted(terms), key=lambda t: terms[t]) if terms else None
+        cap_c = inst.committed_max[(s, g)] if term else 0
+        cap_o = inst.ondemand_max[(s, g)]
+        best = None
+        for c in range(0, min(cap_c, top) + 1):
+            o = np.ceil(np.maximum(n_nominal - c, 0) / (1 - inst.warm_fraction) - 1e-9)
+            o_cont = math.ceil(max(n_cont - c, 0) / (1 - inst.warm_fraction) - 1e-9)
+            o[peak_pos] = max(o[peak_pos], o_cont)
+            over = o.max(initial=0) > cap_o
+            cost = c * terms.get(term, 0.0) * HOURS_PER_YEAR + contract.ondemand * sum(
+                weight[sid] * x for sid, x in zip(nominal_ids, o)) + _ramp_cost(inst, contract.ondemand, o, nominal_ids, cycles, weight)
+            key = (over, cost)
+            if best is None or key < best[0]:
+                best = (key, c, o)
+        (over, _), c, o = best
+        if c:
+            committed[(s, g, term)] = c
+        for sid, x in zip(nominal_ids, o):
+            if x > 0:
+                ondemand[(s, g, sid)] = int(x)
+        for sid in contingencies:
+            if (s, g, peak) in ondemand and inst.states[sid].lost_site != s:
+                ondemand[(s, g, sid)] = ondemand[(s, g, peak)]
+        if over:
+            violations.append(f"{s}/{g}: needs {int(o.max())} on-demand nodes in some hour, cap {cap_o}"
+                              + (f" (and {cap_c} committed)" if term else ""))
+    return committed, ondemand, violations
+
+
+def _ramp_cost(inst: Instance, rate: float, o: np.ndarray, ids: list[int], cycles, weight) -> float:
+    if inst.cold_start_hours <= 0:
+        return 0.0
+    pos = {sid: i for i, sid in enumerate(ids)}
+    total = 0.0
+    for cycle in cycles:
+        values = o[[pos[sid] for sid in cycle]]
+        rises = np.maximum(values - np.roll(values, 1), 0)
+        total += float(sum(weight[sid] * r for sid, r in zip(cycle, rises)))
+    return total * inst.cold_start_hours * rate
+
+
+def _power_violations(inst: Instance, committed: dict, ondemand: dict) -> list[str]:
+    committed_at: dict[tuple[str, str], int] = {}
+    for (s, g, _), n in committed.items():
+        committed_at[(s, g)] = committed_at.get((s, g), 0) + n
+    out = []
+    for st in inst.states:
+        for s in inst.sites:
+            if s == st.lost_site:
+                continue
+            kw = sum(inst.node_kw[g] * inst.pue[s] * (committed_at.get((s, g), 0) + ondemand.get((s, g, st.id), 0))
+                     for g in inst.gpus if (s, g) in inst.contracts)
+            if kw > inst.power_kw[s] * (1 + 1e-9):
+                out.append(f"{s} state {st.id}: draws {kw / 1000:.2f} MW of {inst.power_kw[s] / 1000:.2f} MW")
+    return out
+
+
+def ramp_nodes(inst: Instance, ondemand: dict) -> dict[tuple[str, str, int], int]:
+    """Nodes started per slice: rises of on-demand nodes within each day cycle (wrapping)."""
+    out = {}
+    for order in _day_cycles(inst):
+        for s, g in inst.site_gpus:
+            for i, sid in enumerate(order):
+                rise = ondemand.get((s, g, sid), 0) - ondemand.get((s, g, order[i - 1]), 0)
+                if rise > 0:
+                    out[(s, g, sid)] = rise
+    return out
+
+
+def procurement_table(inst: Instance, sol: Solution) -> pd.DataFrame:
+    """One row per (site, accelerator) with its nodes, node-hours and cost lines, plus one
+    row for egress. cost_usd adds up to the plan's total cost."""
+    weight = {st.id: st.weight_hours for st in inst.states}
+    ramps = ramp_nodes(inst, sol.ondemand) if inst.cold_start_hours > 0 else {}
+    rows = []
+    for s, g in inst.site_gpus:
+        contract = inst.contracts[(s, g)]
+        row = {"site": s, "gpu": g}
+        for term in ("reserved-1y", "reserved-3y", "owned"):
+            row[f"{term.replace('-', '_')}_nodes"] = sol.committed.get((s, g, term), 0)
+        row["reserved_nodes"] = row["reserved_1y_nodes"] + row["reserved_3y_nodes"] + row["owned_nodes"]
+        od_hours = sum(weight[sid] * n for (ss, gg, sid), n in sol.ondemand.items() if (ss, gg) == (s, g))
+        ramp_hours = sum(weight[sid] * inst.cold_start_hours * n for (ss, gg, sid), n in ramps.items() if (ss, gg) == (s, g))
+        peak_od = max((n for (ss, gg, sid), n in sol.ondemand.items() if (ss, gg) == (s, g) and weight[sid] > 0), default=0)
+        row.update(
+            ondemand_nodes_peak=peak_od,
+            ondemand_node_hours=od_hours,
+            ramp_node_hours=ramp_hours,
+            cost_reserved_usd=HOURS_PER_YEAR * sum(
+                contract.committed[t] * sol.committed.get((s, g, t), 0) for t in contract.committed if t != "owned"),
+            cost_owned_usd=HOURS_PER_YEAR * contract.committed.get("owned", 0.0) * sol.committed.get((s, g, "owned"), 0),
+            cost_energy_usd=HOURS_PER_YEAR * contract.owned_energy * sol.committed.get((s, g, "owned"), 0),
+            cost_ondemand_usd=contract.ondemand * od_hours,
+            cost_ramp_usd=contract.ondemand * ramp_hours,
+        )
+        row["cost_usd"] = sum(row[c] for c in ("cost_reserved_usd", "cost_owned_usd", "cost_energy_usd", "cost_ondemand_usd", "cost_ramp_usd"))
+        if row["reserved_nodes"] or od_hours:
+            rows.append(row)
+    egress = sum(3600.0 * weight[key[4]] * inst.egress_usd_per_request[key[2]] * x for key, x in sol.routes.items())
+    rows.append({"site": "*", "gpu": "egress", "cost_usd": egress})
+    return pd.DataFrame(rows).fillna(0)
+
+
+def unserved_penalty_usd(inst: Instance, sol: Solution) -> float:
+    hours = {st.id: st.penalty_hours for st in inst.states}
+    return sum(3600.0 * hours[sid] * inst.penalty_usd_per_request[k] * u for (_, k, sid), u in sol.unserved.items())

@@ -1,0 +1,421 @@
+"""Everything the MIP needs, precomputed as index sets and parameter tables.
+
+An `Instance` is plain data (tuples, dicts, numpy arrays) — the only contract
+`formulations/` knows. It is built from a validated scenario, the curves and the network:
+
+* **states**: the time slices (period × day type × hour, weighted in hours), plus — with
+  N−1 resilience — one contingency state per site: the peak slice with that site lost and
+  the TTFT objective relaxed;
+* **serving configs** per workload and accelerator (`optimizer.configs`), pre-screened for
+  memory fit and ITL;
+* **latency tiers**: a metro routes to site s in the tier whose RTT bound is the smallest
+  ≥ RTT(m, s); the tier's pool budget is TTFT − overheads − bound, shared by the queue, the
+  prefill of the p99 prompt and (disaggregated) the hand-off to decode;
+* **pools**: per (regime, site, workload, tier, accelerator) a prefill pool and a colocated
+  pool, each with the best config for its queueing budget and its SLO capacity table f(n);
+  per (site, workload, accelerator) a decode pool;
+* **arcs** (metro, site, workload, tier) only where some pool of that tier exists, at most
+  the K nearest sites per (metro, workload);
+* **prices** per (site, accelerator) as $/node-hour for each procurement contract.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from optimizer.budget import first_token_ms
+from optimizer.configs import ServingConfig, kv_bytes_per_token, workload_configs
+from optimizer.curves.economics import owned_usd_per_node_hour
+from optimizer.curves.queueing import capacity_table, servers_needed, slo_capacity_rps
+from optimizer.curves.transfer import kv_transfer_time_s
+from optimizer.demand import build_demand, build_slices
+from optimizer.scenario import Scenario
+
+NOMINAL, RELAXED = "nominal", "relaxed"
+REFERENCE_POOL_REPLICAS = 16  # pool size at which configs are compared per GPU
+TRANSFER_SHARE_OF_TTFT = 0.1  # a replica whose own NIC needs more than this share of TTFT is not disaggregated
+
+
+@dataclass(frozen=True)
+class State:
+    """An operating state: a slice (weight = its hours) or a contingency (weight 0)."""
+
+    id: int
+    slice: int
+    regime: str
+    lost_site: str | None
+    weight_hours: float
+    penalty_hours: float
+
+
+@dataclass(frozen=True)
+class Arc:
+    metro: str
+    site: str
+    workload: str
+    tier: int
+    rtt_ms: float
+
+
+@dataclass(frozen=True)
+class Pool:
+    """Replicas of one config serving one tier (prefill, colocated) or one site (decode).
+
+    ``table`` holds the SLO capacity f(n) for n = 1 … len(table) in requests/s (prefill and
+    colocated); ``decode_rps`` is a replica's decode capacity in requests/s.
+    """
+
+    id: int
+    role: str
+    regime: str
+    site: str
+    workload: str
+    tier: int
+    gpu: str
+    config: ServingConfig
+    queue_budget_ms: float = 0.0
+    table: np.ndarray | None = None
+    decode_rps: float = 0.0
+
+    @property
+    def gpus(self) -> int:
+        return self.config.gpus
+
+
+@dataclass(frozen=True)
+class Contract:
+    """Prices of one (site, accelerator) in $ per node-hour."""
+
+    ondemand: float
+    committed: dict[str, float]  # term → $ per node-hour, paid for every hour of the year
+    owned_energy: float  # owned nodes also pay energy (not in the price) per node-hour
+
+
+@dataclass
+class Instance:
+    name: str
+    slices: pd.DataFrame
+    states: list[State]
+    metros: list[str]
+    sites: list[str]
+    workloads: list[str]
+    gpus: list[str]
+    demand: dict[tuple[str, str, int], float]  # (metro, workload, slice) → mean req/s
+    peak_to_mean: float
+    peak_slice: int
+    arcs: dict[str, list[Arc]]  # regime → arcs
+    pools: list[Pool]
+    tier_pools: dict[tuple, list[int]]  # (regime, site, workload, tier) → prefill/colocated pool ids
+    decode_pools: dict[tuple, list[int]]  # (site, workload) → decode pool ids
+    site_gpus: list[tuple[str, str]]
+    gpus_per_node: dict[str, int]
+    node_kw: dict[str, float]
+    pue: dict[str, float]
+    power_kw: dict[str, float]
+    contracts: dict[tuple[str, str], Contract]
+    committed_max: dict[tuple[str, str], int]
+    ondemand_max: dict[tuple[str, str], int]
+    allow_ondemand: bool
+    cold_start_hours: float
+    warm_fraction: float
+    penalty_usd_per_request: dict[str, float]
+    egress_usd_per_request: dict[str, float]
+    output_tokens: dict[str, float]
+    input_tokens: dict[str, float]
+    handoff_ms: dict[tuple[str, str], float]  # (site, workload) → KV transfer + first token
+    transfer_ms: dict[tuple[str, str], float]
+    unreachable: list[dict] = field(default_factory=list)
+
+    def arcs_in(self, state: State) -> list[Arc]:
+        return [a for a in self.arcs[state.regime] if a.site != state.lost_site]
+
+    def pools_in(self, state: State, role: str | None = None) -> list[Pool]:
+        return [
+            p for p in self.pools
+            if p.site != state.lost_site
+            and (p.role == "decode" or p.regime == state.regime)
+            and (role is None or p.role == role)
+        ]
+
+
+def _ttft(s: Scenario, k: str, regime: str) -> float:
+    factor = s.policy.resilience_ttft_factor if regime == RELAXED else 1.0
+    return s.workloads[k].ttft_p99_ms * factor
+
+
+def _per_gpu_scores(options: list[tuple[ServingConfig, float]], s: Scenario) -> np.ndarray:
+    """Requests/s per GPU of a pool of REFERENCE_POOL_REPLICAS replicas of each config at its
+    queueing budget (colocated: also limited by its decode side) — how configs compete."""
+    if not options:
+        return np.zeros(0)
+    n = REFERENCE_POOL_REPLICAS
+    cap = slo_capacity_rps(
+        n,
+        [c.service_mean_s for c, _ in options],
+        [c.service_scv for c, _ in options],
+        [b / 1e3 for _, b in options],
+        s.serving.prefill_max_utilization,
+        [s.workloads[c.workload].slo_attainment for c, _ in options],
+    ) / n
+    decode = np.array([c.decode_rps if c.role == "colocated" else np.inf for c, _ in options])
+    gpus = np.array([c.gpus for c, _ in options], dtype=float)
+    return np.minimum(cap, decode) / gpus
+
+
+class _PoolFactory:
+    """Builds pools; SLO capacity tables are cached by (config, budget in whole ms)."""
+
+    def __init__(self, s: Scenario, peak_load: dict[str, float]):
+        self.s = s
+        self.peak_load = peak_load
+        self.pools: list[Pool] = []
+        self._tables: dict[tuple[str, float], np.ndarray] = {}
+
+    def table(self, c: ServingConfig, budget_ms: float) -> np.ndarray:
+        key = (c.id, budget_ms)
+        if key not in self._tables:
+            # enough replicas to carry the workload's whole peak at half the utilisation cap
+            rho = self.s.serving.prefill_max_utilization
+            size = math.ceil(self.peak_load[c.workload] * c.service_mean_s / (0.5 * rho)) + 8
+            self._tables[key] = capacity_table(
+                min(size, self.s.serving.max_pool_replicas), c.service_mean_s, c.service_scv, budget_ms / 1e3,
+                rho, self.s.workloads[c.workload].slo_attainment,
+            )
+        return self._tables[key]
+
+    def add(self, role, regime, site, k, tier, c: ServingConfig, budget_ms: float = 0.0) -> int:
+        table = self.table(c, budget_ms) if role != "decode" else None
+        self.pools.append(Pool(len(self.pools), role, regime, site, k, tier, c.gpu, c, budget_ms, table, c.decode_rps))
+        return len(self.pools) - 1
+
+
+def _tier_pools(s: Scenario, factory: _PoolFactory, configs, gpus_at, handoff, regimes) -> dict[tuple, list[int]]:
+    """Per (regime, site, workload, tier) and accelerator, the prefill pool and the colocated
+    pool of the config with the most capacity per GPU at that tier's queueing budget
+    (budget = tier budget − prefill of the p99 prompt [− hand-off], floored to whole ms)."""
+    options: list[tuple[tuple, ServingConfig, float]] = []
+    for regime in regimes:
+        for site in s.sites:
+            for k in s.workloads:
+                ttft = _ttft(s, k, regime)
+                for tier, bound in enumerate(s.serving.tier_rtt_ms):
+                    pool_budget = ttft - s.serving.fixed_overhead_ms - bound
+                    for g in gpus_at[site]:
+                        for c in configs[(k, g)]:
+                            if c.role == "prefill" and (site, k) in handoff:
+                                budget = pool_budget - c.prefill_p99_ms - handoff[(site, k)]
+                            elif c.role == "colocated":
+                                budget = pool_budget - c.prefill_p99_ms
+                            else:
+                                continue
+                            if budget >= 0:
+                                options.append(((regime, site, k, tier, g, c.role), c, float(math.floor(budget))))
+    unique = sorted({(c.id, b): (c, b) for _, c, b in options}.items())
+    scores = dict(zip((key for key, _ in unique), _per_gpu_scores([v for _, v in unique], s)))
+    best: dict[tuple, tuple[float, ServingConfig, float]] = {}
+    for key, c, budget in options:
+        score = scores[(c.id, budget)]
+        if score > 0 and (key not in best or score > best[key][0]):
+            best[key] = (score, c, budget)
+    out: dict[tuple, list[int]] = defaultdict(list)
+    for key in sorted(best):
+        regime, site, k, tier, _, role = key
+        _, c, budget = best[key]
+        out[(regime, site, k, tier)].append(factory.add(role, regime, site, k, tier, c, budget))
+    return dict(out)
+
+
+def _configs(s: Scenario) -> dict[tuple[str, str], list[ServingConfig]]:
+    """Admissible configs per (workload, accelerator); disaggregated ones must move the p99
+    prompt's KV within a tenth of the TTFT objective over their own NIC."""
+    out = {}
+    for k, w in s.workloads.items():
+        m = s.models[w.model]
+        for g, a in s.accelerators.items():
+            configs = workload_configs(w, m, a, s.serving)
+            kv = kv_bytes_per_token(w, m)
+            limit_s = TRANSFER_SHARE_OF_TTFT * w.ttft_p99_ms / 1e3
+            out[(k, g)] = [
+                c for c in configs
+                if c.role == "colocated" or float(kv_transfer_time_s(w.isl_p99_tokens, kv, c.nic_bytes_per_s)) <= limit_s
+            ]
+    return out
+
+
+def _best_decode(configs: list[ServingConfig]) -> ServingConfig | None:
+    decode = [c for c in configs if c.role == "decode"]
+    return max(decode, key=lambda c: c.decode_rps / c.gpus, default=None)
+
+
+def build_instance(s: Scenario, rtt: pd.DataFrame) -> Instance:
+    """Scenario + RTT matrix (metros × sites, ms) → Instance."""
+    slices = build_slices(s)
+    demand_df = build_demand(s, slices)
+    demand = {(r.metro, r.workload, int(r.slice)): float(r.requests_per_s) for r in demand_df.itertuples() if r.requests_per_s > 0}
+    per_slice = demand_df.assign(tokens=demand_df["requests_per_s"] * demand_df["workload"].map(
+        {k: w.osl_mean_tokens for k, w in s.workloads.items()})).groupby("slice")["tokens"].sum()
+    peak_slice = int(per_slice.idxmax()) if len(per_slice) else 0
+
+    site_gpus = sorted((site, g) for site, per in s.supply.items() for g in per)
+    gpus_at = defaultdict(list)
+    for site, g in site_gpus:
+        gpus_at[site].append(g)
+    configs = _configs(s)
+    factory = _PoolFactory(s, _peak_load(s, demand_df))
+    regimes = [NOMINAL, RELAXED] if s.policy.n_minus_1 else [NOMINAL]
+
+    # decode pools and the hand-off each (site, workload) must budget for
+    decode_pools: dict[tuple, list[int]] = {}
+    handoff: dict[tuple[str, str], float] = {}
+    transfer: dict[tuple[str, str], float] = {}
+    for site in s.sites:
+        for k, w in s.workloads.items():
+            decode = {g: _best_decode(configs[(k, g)]) for g in gpus_at[site]}
+            decode = {g: c for g, c in decode.items() if c is not None}
+            prefill_nics = [c.nic_bytes_per_s for g in gpus_at[site] for c in configs[(k, g)] if c.role == "prefill"]
+            if not decode or not prefill_nics:
+                continue
+            kv = kv_bytes_per_token(w, s.models[w.model])
+            slowest = min(prefill_nics + [c.nic_bytes_per_s for c in decode.values()])
+            transfer[(site, k)] = float(kv_transfer_time_s(w.isl_p99_tokens, kv, slowest, s.serving.kv_transfer_latency_ms / 1e3)) * 1e3
+            handoff[(site, k)] = transfer[(site, k)] + max(first_token_ms(c, s.serving.itl_tail_factor) for c in decode.values())
+            decode_pools[(site, k)] = [factory.add("decode", NOMINAL, site, k, -1, c) for _, c in sorted(decode.items())]
+
+    tier_pools = _tier_pools(s, factory, configs, gpus_at, handoff, regimes)
+    arcs, unreachable = _arcs(s, rtt, tier_pools, regimes)
+    states = _states(s, slices, peak_slice)
+    return Instance(
+        name=s.name, slices=slices, states=states,
+        metros=list(s.metros), sites=list(s.sites), workloads=list(s.workloads), gpus=list(s.accelerators),
+        demand=demand, peak_to_mean=s.demand.peak_to_mean_intra_hour, peak_slice=peak_slice,
+        arcs=arcs, pools=factory.pools, tier_pools=tier_pools, decode_pools=decode_pools,
+        site_gpus=site_gpus,
+        gpus_per_node={g: a.gpus_per_node for g, a in s.accelerators.items()},
+        node_kw={g: a.node_kw for g, a in s.accelerators.items()},
+        pue={x: site.pue for x, site in s.sites.items()},
+        power_kw={x: site.power_mw * 1000.0 for x, site in s.sites.items()},
+        contracts={(site, g): _contract(s, site, g) for site, g in site_gpus},
+        committed_max={(site, g): s.supply[site][g].reserved_nodes_max for site, g in site_gpus},
+        ondemand_max={(site, g): s.supply[site][g].ondemand_nodes_max if s.policy.allow_ondemand else 0 for site, g in site_gpus},
+        allow_ondemand=s.policy.allow_ondemand,
+        cold_start_hours=s.policy.cold_start_minutes / 60.0,
+        warm_fraction=s.policy.warm_pool_fraction,
+        penalty_usd_per_request={k: s.policy.unserved_penalty_usd_per_million_tokens * w.osl_mean_tokens / 1e6 for k, w in s.workloads.items()},
+        egress_usd_per_request={k: s.policy.egress_usd_per_gb * s.policy.egress_bytes_per_output_token * w.osl_mean_tokens / 1e9 for k, w in s.workloads.items()},
+        output_tokens={k: w.osl_mean_tokens for k, w in s.workloads.items()},
+        input_tokens={k: w.isl_mean_tokens for k, w in s.workloads.items()},
+        handoff_ms=handoff, transfer_ms=transfer, unreachable=unreachable,
+    )
+
+
+def _peak_load(s: Scenario, demand_df: pd.DataFrame) -> dict[str, float]:
+    """Each workload's largest total load (req/s, peak-sized) in any slice: no pool carries more."""
+    peak = demand_df.groupby(["workload", "slice"])["requests_per_s"].sum().groupby("workload").max()
+    return {k: float(peak.get(k, 0.0)) * s.demand.peak_to_mean_intra_hour for k in s.workloads}
+
+
+def _tier_of(rtt_ms: float, bands: list[float]) -> int | None:
+    for tier, bound in enumerate(bands):
+        if rtt_ms <= bound:
+            return tier
+    return None
+
+
+def _arcs(s: Scenario, rtt: pd.DataFrame, tier_pools: dict, regimes: list[str]):
+    """Routing arcs: per (metro, workload) the K nearest sites with a pool in a tier the
+    metro may use — its own (smallest bound ≥ RTT) or any looser one, so that near metros
+    can share a pool with farther ones (pooling). Metros with demand but no arc at all are
+    reported with their nearest site."""
+    bands = s.serving.tier_rtt_ms
+    k_near = s.policy.k_nearest_sites
+    arcs: dict[str, list[Arc]] = {}
+    unreachable = []
+    for regime in regimes:
+        out = []
+        for m in s.metros:
+            order = rtt.loc[m].sort_values(kind="stable")
+            for k in s.workloads:
+                chosen = 0
+                for site, ms in order.items():
+                    own = _tier_of(float(ms), bands)
+                    tiers = [] if own is None else [t for t in range(own, len(bands)) if (regime, site, k, t) in tier_pools]
+                    if not tiers:
+                        continue
+                    out.extend(Arc(m, site, k, t, float(ms)) for t in tiers)
+                    chosen += 1
+                    if chosen == k_near:
+                        break
+                if chosen == 0 and regime == NOMINAL:
+                    unreachable.append({"metro": m, "workload": k, "nearest_site": order.index[0],
+                                        "rtt_ms": float(order.iloc[0])})
+        arcs[regime] = out
+    return arcs, unreachable
+
+
+def _states(s: Scenario, slices: pd.DataFrame, peak_slice: int) -> list[State]:
+    states = [State(int(t), int(t), NOMINAL, None, float(w), float(w)) for t, w in slices["weight_hours"].items()]
+    if s.policy.n_minus_1:
+        for site in s.sites:
+            states.append(State(len(states), peak_slice, RELAXED, site, 0.0, RESILIENCE_PENALTY_HOURS))
+    return states
+
+
+RESILIENCE_PENALTY_HOURS = 1000.0  # unserved demand in a site-loss state costs as if it lasted this long
+
+
+def _contract(s: Scenario, site: str, g: str) -> Contract:
+    a, price, where = s.accelerators[g], s.prices[g], s.sites[site]
+    per_node = a.gpus_per_node * where.price_multiplier
+    committed = {}
+    for term in s.policy.reserved_terms:
+        rate = price.reserved_1y_usd_per_gpu_hour if term == "1y" else price.reserved_3y_usd_per_gpu_hour
+        if rate is not None:
+            committed[f"reserved-{term}"] = rate * per_node
+    owned_energy = 0.0
+    if s.policy.allow_owned and g in s.owned:
+        terms = owned_usd_per_node_hour(
+            s.owned[g].capex_usd_per_node, s.owned[g].life_years, a.node_kw, where.pue,
+            where.energy_usd_per_mwh, where.colo_usd_per_kw_month,
+        )
+        committed["owned"] = terms["capital"] + terms["colo"]
+        owned_energy = terms["energy"]
+    return Contract(price.ondemand_usd_per_gpu_hour * per_node, committed, owned_energy)
+
+
+def reach(inst: Instance) -> dict[tuple[int, int], float]:
+    """Demand that could reach each (pool, state): Σ λ over the arcs into the pool's tier
+    (prefill, colocated) or site (decode). Bounds any pool's load."""
+    by_tier: dict[tuple, float] = defaultdict(float)
+    by_site: dict[tuple, float] = defaultdict(float)
+    for st in inst.states:
+        for a in inst.arcs_in(st):
+            lam = inst.demand.get((a.metro, a.workload, st.slice), 0.0)
+            if lam:
+                by_tier[(st.regime, a.site, a.workload, a.tier, st.id)] += lam
+                by_site[(a.site, a.workload, st.id)] += lam
+    out = {}
+    for st in inst.states:
+        for p in inst.pools_in(st):
+            if p.role == "decode":
+                out[(p.id, st.id)] = by_site.get((p.site, p.workload, st.id), 0.0)
+            else:
+                out[(p.id, st.id)] = by_tier.get((p.regime, p.site, p.workload, p.tier, st.id), 0.0)
+    return out
+
+
+def replicas_for(pool: Pool, requests_per_s: float) -> int:
+    """Whole replicas a pool needs for a (peak-sized) load: the smallest n with f(n) ≥ λ
+    for prefill, ⌈λ / decode capacity⌉ for decode, both for colocated."""
+    if requests_per_s <= 1e-12:
+        return 0
+    need = 0
+    if pool.table is not None:
+        need = servers_needed(requests_per_s, pool.table)
+    if pool.role in ("decode", "colocated"):
+        need = max(need, math.ceil(requests_per_s / pool.decode_rps - 1e-9))
+    return need
