@@ -2,7 +2,8 @@
 
 Slices are period × day type × UTC hour; a slice stands for that hour on every day of its
 type in the period, so its weight is  days(period) · share(day type)  hours and the year's
-weights add up to 365 · 24 = 8,760 h.
+weights add up to 365 · 24 = 8,760 h. (A horizon may plan fewer representative hours; each
+then stands for 24 / n hours of the day.)
 
 Modelled demand (mean requests/s in the slice):
     λ[m,k,t] = r_k · w_m · mix[m,k] · scale · D_k(local hour) · dt(t) · (1 + g)^period(t)
@@ -27,10 +28,12 @@ HOURS = 24
 def build_slices(s: Scenario) -> pd.DataFrame:
     """One row per slice: slice index, period, period index, day type, UTC hour, weight hours."""
     rows = []
+    hours = sorted(s.horizon.hours)
+    span = HOURS / len(hours)
     for pi, period in enumerate(s.horizon.periods):
         for day in s.horizon.day_types:
-            for hour in range(HOURS):
-                rows.append((period.id, pi, day.id, day.demand_multiplier, hour, period.days * day.share))
+            for hour in hours:
+                rows.append((period.id, pi, day.id, day.demand_multiplier, hour, period.days * day.share * span))
     out = pd.DataFrame(rows, columns=["period", "period_index", "day_type", "day_multiplier", "hour", "weight_hours"])
     out.index.name = "slice"
     return out

@@ -236,10 +236,13 @@ def _quarters() -> list[Period]:
 
 
 class Horizon(_Strict):
-    """Periods × day types × 24 representative hours; slice weight = days·share hours."""
+    """Periods × day types × representative UTC hours; a slice stands for its hour on each of
+    its days, weight = days · share · 24 / len(hours) hours (the year adds up to 8,760 h)."""
 
     periods: list[Period] = Field(default_factory=_quarters)
     day_types: list[DayType] = Field(default_factory=lambda: [DayType(id="all", share=1.0)])
+    hours: list[int] = Field(default_factory=lambda: list(range(24)),
+                             description="UTC hours to plan (default all 24); each stands for 24/len(hours) hours")
 
     @model_validator(mode="after")
     def _adds_up(self):
@@ -257,6 +260,8 @@ class Horizon(_Strict):
         share = sum(d.share for d in self.day_types)
         if abs(share - 1.0) > 1e-6:
             raise ValueError(f"day_types shares add up to {share:g}; they must add up to 1")
+        if not self.hours or len(set(self.hours)) != len(self.hours) or any(not 0 <= h <= 23 for h in self.hours):
+            raise ValueError(f"hours must be distinct UTC hours 0–23, got {self.hours}")
         return self
 
 
