@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import pyomo.environ as pyo
 
-from formulations.registry import require
 
 
 def add_to(build) -> None:
     model, inst, terms = build.model, build.inst, build.terms
-    load = require(terms.gpu_load, "gpu_load")
-    usable = require(terms.nodes_usable, "nodes_usable")
+    load = terms.require("gpu_load")
+    usable = terms.require("nodes_usable")
     keys = sorted(load)
     model.gpu_capacity = pyo.Constraint(
         keys,

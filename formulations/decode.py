@@ -17,16 +17,16 @@ from __future__ import annotations
 import pyomo.environ as pyo
 
 from formulations.pools import add_pool_flows
-from formulations.registry import require
 
 
 def add_to(build) -> None:
+    build.terms.writes("decode_outflow", "gpu_load")
     model, inst, terms = build.model, build.inst, build.terms
     flow = add_pool_flows(build, "decode", "decode")
     for pid, sid in flow.index_set():
         p = inst.pools[pid]
         terms.decode_outflow[(p.site, p.workload, sid)].append(flow[pid, sid])
-    inflow = require(terms.decode_inflow, "decode_inflow") if flow.index_set() else terms.decode_inflow
+    inflow = terms.require("decode_inflow")
     keys = sorted(set(inflow) | set(terms.decode_outflow))
     model.decode_balance = pyo.Constraint(
         keys,

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import pyomo.environ as pyo
 
-from formulations.registry import require
 
 
 def add_to(build) -> None:
     model, terms = build.model, build.terms
-    inflow = require(terms.tier_inflow, "tier_inflow")
-    outflow = terms.tier_outflow
+    inflow = terms.require("tier_inflow")
+    outflow = terms.require("tier_outflow")
     keys = sorted(set(inflow) | set(outflow))
     model.tier_balance = pyo.Constraint(
         keys,

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import pyomo.environ as pyo
 
-from formulations.registry import require
 
 
 def add_to(build) -> None:
     model, inst, terms = build.model, build.inst, build.terms
-    powered = require(terms.nodes_powered, "nodes_powered")
+    powered = terms.require("nodes_powered")
     by_site: dict = {}
     for (s, g, t), exprs in powered.items():
         by_site.setdefault((s, t), []).extend(inst.node_kw[g] * inst.pue[s] * e for e in exprs)

@@ -17,6 +17,7 @@ from formulations.pools import add_pool_flows
 
 
 def add_to(build) -> None:
+    build.terms.writes("tier_outflow", "decode_inflow", "gpu_load")
     inst, terms = build.inst, build.terms
     flow = add_pool_flows(build, "prefill", "prefill")
     for pid, sid in flow.index_set():

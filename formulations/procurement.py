@@ -25,6 +25,7 @@ HOURS_PER_YEAR = 8760.0
 
 
 def add_to(build) -> None:
+    build.terms.writes("nodes_usable", "nodes_powered")
     model, inst, terms = build.model, build.inst, build.terms
     committed_index = [(s, g, term) for s, g in inst.site_gpus for term in sorted(inst.contracts[(s, g)].committed)]
     domain = pyo.NonNegativeIntegers if build.exact else pyo.NonNegativeReals

@@ -32,18 +32,22 @@ class Terms:
     gpu_load: dict = field(default_factory=lambda: defaultdict(list))
     nodes_usable: dict = field(default_factory=lambda: defaultdict(list))
     nodes_powered: dict = field(default_factory=lambda: defaultdict(list))
+    written: set = field(default_factory=set)
 
     def add_cost(self, category: str, expr) -> None:
         if category not in self.cost:
             raise KeyError(f"unknown cost category {category!r}; known: {', '.join(COST_CATEGORIES)}")
         self.cost[category].append(expr)
 
+    def writes(self, *balances: str) -> None:
+        """Declare that the calling module contributes to these balances (maybe nothing)."""
+        self.written.update(balances)
 
-def require(registry: dict, name: str) -> dict:
-    """The contributions of one balance; raises when no module wrote any."""
-    if not registry:
-        raise RuntimeError(f"no formulation module contributed to '{name}' — a module is missing from the build")
-    return registry
+    def require(self, name: str) -> dict:
+        """The contributions to one balance; raises when no module declared writing it."""
+        if name not in self.written:
+            raise RuntimeError(f"no formulation module contributed to '{name}' — a module is missing from the build")
+        return getattr(self, name)
 
 
 @dataclass

@@ -17,6 +17,7 @@ import pyomo.environ as pyo
 
 
 def add_to(build) -> None:
+    build.terms.writes("tier_inflow")
     model, inst, terms = build.model, build.inst, build.terms
     arc_index, demand_index = [], []
     arcs_of: dict = {}

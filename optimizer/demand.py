@@ -74,6 +74,7 @@ def tabled_demand(s: Scenario, slices: pd.DataFrame) -> pd.DataFrame:
     untyped = rows[rows["day_type"].isna()].drop(columns="day_type").merge(key, on=["period", "hour"])
     out = pd.concat([typed, untyped], ignore_index=True)
     out = out.groupby(["metro", "workload", "slice"], as_index=False)["requests_per_s"].sum()
+    out["requests_per_s"] *= s.demand.scale
     return out[out["requests_per_s"] > 0].reset_index(drop=True)
 
 

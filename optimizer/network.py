@@ -78,9 +78,15 @@ def _check_graph(g: nx.Graph, s: Scenario, origin: Origin) -> nx.Graph:
     known = _nodes(s)
     for node, attrs in g.nodes(data=True):
         if node not in known and attrs.get("kind") != "hub":
+            # an edge CSV records the line of each edge: name the first row that uses the node
+            lines = sorted(a["line"] for _, _, a in g.edges(node, data=True) if "line" in a)
+            where = Origin(origin.file, lines[0], f"edge row naming node '{node}'") if lines else origin
             raise ScenarioError(
-                unknown_id_message("node (not metro:ID, site:ID or a node with kind=hub)", node, known), origin
+                unknown_id_message("node (not metro:ID, site:ID or a node with kind=hub)", node, known), where,
+                field="from/to" if lines else None,
             )
+    for _, _, attrs in g.edges(data=True):
+        attrs.pop("line", None)
     for u, v, attrs in g.edges(data=True):
         ms = attrs.get("one_way_ms")
         if ms is None or not np.isfinite(ms) or ms < 0:
@@ -105,7 +111,7 @@ def _check_graph(g: nx.Graph, s: Scenario, origin: Origin) -> nx.Graph:
 
 def read_edge_csv(path: Path) -> nx.Graph:
     g = nx.Graph()
-    with path.open(newline="", encoding="utf-8") as handle:
+    with path.open(newline="", encoding="utf-8-sig") as handle:
         reader = csv.DictReader(handle)
         missing = {"from", "to", "one_way_ms"} - set(reader.fieldnames or [])
         if missing:
@@ -117,7 +123,11 @@ def read_edge_csv(path: Path) -> nx.Graph:
                 raise ScenarioError("expected a number of milliseconds", Origin(str(path), line), field="one_way_ms") from None
             if not np.isfinite(ms) or ms < 0:
                 raise ScenarioError(f"expected a one-way latency ≥ 0 ms, got {ms}", Origin(str(path), line), field="one_way_ms")
-            g.add_edge(row["from"].strip(), row["to"].strip(), one_way_ms=ms)
+            ends = [(row.get(k) or "").strip() for k in ("from", "to")]
+            if not all(ends):
+                raise ScenarioError("expected two node names (metro:ID, site:ID or a hub)", Origin(str(path), line),
+                                    field="from/to")
+            g.add_edge(*ends, one_way_ms=ms, line=line)
     return g
 
 

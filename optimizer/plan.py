@@ -351,7 +351,7 @@ def write_plan(plan: Plan, out_dir: str | Path) -> Path:
         (tmp / "summary.json").write_text(json.dumps(plan.summary, indent=2, sort_keys=True, default=_json) + "\n")
         (tmp / "scenario.json").write_text(json.dumps(plan.scenario_data, indent=1, sort_keys=True, default=str) + "\n")
         for name in TABLES:
-            plan.tables[name].to_csv(tmp / f"{name}.csv", index=False, float_format="%.6g")
+            plan.tables[name].to_csv(tmp / f"{name}.csv", index=False, float_format="%.12g")
         _write_xlsx(plan, tmp / "plan.xlsx")
         _replace_dir(tmp, out)
     except BaseException:

@@ -286,40 +286,38 @@ def _tangent_coefficients(inst: Instance, sol: Solution, current: dict) -> dict:
 
 
 def _solve_master(inst, model, solver, settings, steps, deadline, largest, guess, say) -> SolveResult:
+    """Bound solve first (optimistic pooling: its plan consolidates), then a solve priced at
+    the pool sizes reachable demand suggests, then tangent descent from the best plan so far.
+    Every solve's flows are repaired into a whole plan; the cheapest is kept."""
     best: tuple[float, Solution] | None = None
-    coefficients = _coefficients(inst, guess)
-    solves_left = settings.plan_iterations + 1
-    statuses = []
-    for it in range(settings.plan_iterations):
-        if it > 0:
-            _set_coefficients(model, coefficients)
+    statuses, bound = [], None
+    starts = [("bound", _coefficients(inst, largest)), ("plan", _coefficients(inst, guess))]
+    solves_left = len(starts) + max(settings.plan_iterations - 1, 0)
+    coefficients = None
+    for it in range(solves_left):
+        kind, coefficients = starts[it] if it < len(starts) else ("plan", _tangent_coefficients(inst, best[1], coefficients))
+        _set_coefficients(model, coefficients)
         t = time.perf_counter()
-        results = _run(solver, model, (deadline - time.perf_counter()) / solves_left, settings.mip_gap / 2, settings.threads)
-        solves_left -= 1
-        status, _ = _check(results, "plan")
+        results = _run(solver, model, max((deadline - time.perf_counter()) / (solves_left - it), 1.0),
+                       settings.mip_gap / 2, settings.threads)
+        status, has_solution = _check(results, kind)
         statuses.append(status)
+        if kind == "bound":
+            bound = results.objective_bound
+            if bound is None and has_solution and status == "optimal":
+                bound = results.incumbent_objective
         results.solution_loader.load_vars()
         sol = repair(inst, *_extract(model))
         cost = plan_cost(inst, sol)
-        steps.append(SolveStep("plan", status, results.incumbent_objective, results.objective_bound, time.perf_counter() - t, cost))
-        say(f"plan solve {it + 1}: {status}, linearised ${results.incumbent_objective:,.0f}, whole plan ${cost:,.0f} "
+        steps.append(SolveStep(kind, status, results.incumbent_objective, results.objective_bound,
+                               time.perf_counter() - t, cost))
+        say(f"{kind} solve: {status}, linearised ${results.incumbent_objective:,.0f}, whole plan ${cost:,.0f} "
             f"({time.perf_counter() - t:.1f} s)")
-        if best is None or cost < best[0] - 1e-6:
+        improved = best is None or cost < best[0] - 1e-6
+        if improved:
             best = (cost, sol)
-        updated = _tangent_coefficients(inst, best[1], coefficients)
-        if max((abs(updated[k] - coefficients[k]) / coefficients[k] for k in updated), default=0.0) < 1e-3:
-            break
-        coefficients = updated
-    _set_coefficients(model, _coefficients(inst, largest))
-    t = time.perf_counter()
-    results = _run(solver, model, max(deadline - time.perf_counter(), 1.0), settings.mip_gap / 2, settings.threads)
-    status, has_solution = _check(results, "bound")
-    statuses.append(status)
-    bound = results.objective_bound
-    if bound is None and has_solution and status == "optimal":
-        bound = results.incumbent_objective
-    steps.append(SolveStep("bound", status, results.incumbent_objective, bound, time.perf_counter() - t))
-    say(f"bound solve: {status}, proven bound ${bound or 0:,.0f} ({time.perf_counter() - t:.1f} s)")
+        elif it >= len(starts):
+            break  # the descent stalled
     cost, sol = best
     bound = float(bound) if bound is not None else 0.0
     gap = max(0.0, (cost - bound) / cost) if cost > 0 else 0.0

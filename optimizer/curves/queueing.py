@@ -12,9 +12,12 @@ each job needs a service time S with mean S̄ and squared coefficient of variati
   utilisation λ·S̄/n ≤ ρ_max (the approximation underestimates the tail near saturation,
   so utilisation is capped).
 
-f(n) is increasing and **convex** in n for a fixed budget: per-replica capacity f(n)/n grows
-with the pool (pooling gains) up to the utilisation cap. `capacity_table` gives f on the
-integers for the optimizer (see `formulations.prefill` for how it is used).
+f(n) is increasing and **convex** in n for a fixed budget while the utilisation cap does not
+bind: per-replica capacity f(n)/n grows with the pool (pooling gains). Where the cap starts to
+bind, f = ρ_max·n/S̄ grows more slowly than the increment just below it (f is the minimum of a
+convex curve and that line, so it has a concave kink there), but f(n)/n never falls.
+`capacity_table` gives f on the integers for the optimizer (see `formulations.pools` for how
+it is used).
 """
 
 from __future__ import annotations
@@ -81,13 +84,14 @@ def capacity_table(max_servers: int, mean_service_s, service_scv, wait_budget_s,
 
 def servers_needed(arrival_rate: float, table) -> int:
     """Smallest integer n with f(n) ≥ λ, from a `capacity_table` (0 for no load). Beyond the
-    table, f is extended by its last increment — safe, because f is convex, so it never
-    grows slower than that."""
+    table (N entries), f is extended at its per-replica capacity f(N)/N — safe, because
+    f(n)/n never falls. (Not by its last increment: once the utilisation cap binds, f grows
+    only by ρ_max/S̄ per replica, less than the increments just below the cap.)"""
     if arrival_rate <= 0:
         return 0
     table = np.asarray(table)
     target = arrival_rate * (1 - 1e-12)
     if target <= table[-1]:
         return int(np.searchsorted(table, target, side="left")) + 1
-    step = table[-1] - table[-2] if len(table) > 1 else table[-1]
+    step = table[-1] / len(table)
     return len(table) + int(np.ceil((target - table[-1]) / step))

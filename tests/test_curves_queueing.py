@@ -1,0 +1,212 @@
+"""Queueing for a pool (curve 9): Erlang C against textbook values, the p99 wait, SLO capacity
+f(n) and its inverse `servers_needed`. Expected values are computed here by hand (Erlang B
+recursion, closed forms), never copied from the functions under test."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from optimizer.curves.queueing import (
+    capacity_table,
+    erlang_c,
+    servers_needed,
+    slo_capacity_rps,
+    wait_quantile_s,
+)
+
+
+def erlang_c_by_recursion(n: int, a: float) -> float:
+    """Textbook route: Erlang B by B(0) = 1, B(k) = a·B(k−1) / (k + a·B(k−1)); then
+    C = n·B / (n − a·(1 − B))."""
+    b = 1.0
+    for k in range(1, n + 1):
+        b = a * b / (k + a * b)
+    return n * b / (n - a * (1 - b))
+
+
+# --------------------------------------------------------------------------- Erlang C
+
+
+def test_erlang_c_two_servers_one_erlang():
+    assert float(erlang_c(2, 1.0)) == pytest.approx(1 / 3, rel=1e-12)
+
+
+def test_erlang_c_three_servers_two_erlangs():
+    # B(3, 2) = (8/6) / (1 + 2 + 2 + 8/6) = 4/19;  C = 3·(4/19) / (3 − 2·15/19) = 4/9
+    assert float(erlang_c(3, 2.0)) == pytest.approx(4 / 9, rel=1e-12)
+
+
+@pytest.mark.parametrize("rho", [0.05, 0.3, 0.5, 0.8, 0.95, 0.999])
+def test_erlang_c_single_server_is_rho(rho):
+    assert float(erlang_c(1, rho)) == pytest.approx(rho, rel=1e-12)
+
+
+@pytest.mark.parametrize("n,a", [(10, 8.0), (5, 4.5), (20, 12.0), (50, 45.0), (100, 97.0), (4, 0.01)])
+def test_erlang_c_matches_the_erlang_b_recursion(n, a):
+    assert float(erlang_c(n, a)) == pytest.approx(erlang_c_by_recursion(n, a), rel=1e-9)
+
+
+def test_erlang_c_n10_a8_value():
+    # the recursion gives B(10, 8) = 0.12166, C(10, 8) = 0.40918 (published tables: 0.409)
+    assert erlang_c_by_recursion(10, 8.0) == pytest.approx(0.40918, abs=5e-5)
+    assert float(erlang_c(10, 8.0)) == pytest.approx(0.409, abs=5e-4)
+
+
+def test_erlang_c_edges_and_vectorisation():
+    assert float(erlang_c(4, 0.0)) == 0.0
+    assert float(erlang_c(4, 4.0)) == 1.0  # saturated: every arrival waits
+    assert float(erlang_c(4, 9.0)) == 1.0
+    grid = erlang_c(np.array([1, 2, 10]), np.array([0.5, 1.0, 8.0]))
+    assert grid.tolist() == pytest.approx([0.5, 1 / 3, erlang_c_by_recursion(10, 8.0)])
+
+
+@settings(max_examples=100, deadline=None)
+@given(n=st.integers(1, 200), load=st.floats(0.01, 0.99))
+def test_erlang_c_recursion_property(n, load):
+    a = load * n
+    assert float(erlang_c(n, a)) == pytest.approx(erlang_c_by_recursion(n, a), rel=1e-7, abs=1e-12)
+
+
+# --------------------------------------------------------------------------- p99 wait
+
+
+def test_p99_wait_mm1():
+    # M/M/1, λ = 0.8/s, S̄ = 1 s: C = ρ = 0.8, t99 = ln(ρ/0.01) / (μ − λ) = ln 80 / 0.2 = 21.91 s
+    lam, s = 0.8, 1.0
+    expected = math.log(0.8 / 0.01) / (1.0 - 0.8)
+    assert expected == pytest.approx(21.910, abs=1e-3)
+    assert float(wait_quantile_s(lam, 1, s, 1.0)) == pytest.approx(expected, rel=1e-12)
+    # Allen–Cunneen: deterministic service halves it, c_s² = 3 doubles it
+    assert float(wait_quantile_s(lam, 1, s, 0.0)) == pytest.approx(expected / 2, rel=1e-12)
+    assert float(wait_quantile_s(lam, 1, s, 3.0)) == pytest.approx(expected * 2, rel=1e-12)
+
+
+def test_p99_wait_mm1_other_units():
+    # 50 ms service, ρ = 0.5: λ = 10/s, μ = 20/s, t99 = ln(50)/10 = 0.3912 s
+    assert float(wait_quantile_s(10.0, 1, 0.05, 1.0)) == pytest.approx(math.log(0.5 / 0.01) / 10.0, rel=1e-12)
+
+
+def test_p99_wait_mmn_hand_value():
+    # n = 10, S̄ = 0.5 s, λ = 16/s → a = 8, drain = n/S̄ − λ = 4/s
+    c = erlang_c_by_recursion(10, 8.0)
+    expected = math.log(c / 0.01) / 4.0
+    assert float(wait_quantile_s(16.0, 10, 0.5, 1.0)) == pytest.approx(expected, rel=1e-9)
+    # p95 instead of p99
+    assert float(wait_quantile_s(16.0, 10, 0.5, 1.0, quantile=0.95)) == pytest.approx(math.log(c / 0.05) / 4.0,
+                                                                                     rel=1e-9)
+
+
+def test_p99_wait_zero_when_few_wait_and_inf_when_saturated():
+    # C(20, 2) is far below 1 %: the p99 arrival does not wait at all
+    assert erlang_c_by_recursion(20, 2.0) < 0.01
+    assert float(wait_quantile_s(2.0, 20, 1.0, 1.0)) == 0.0
+    assert float(wait_quantile_s(1.0, 1, 1.0, 1.0)) == math.inf
+    assert float(wait_quantile_s(5.0, 4, 1.0, 1.0)) == math.inf
+
+
+# --------------------------------------------------------------------------- SLO capacity f(n)
+
+CASES = [  # (mean service s, c_s², p99 wait budget s, ρ_max)
+    (0.1, 0.5, 0.05, 0.85),
+    (0.2, 1.0, 0.1, 0.85),
+    (0.5, 0.2, 0.01, 0.85),
+    (0.05, 0.0, 0.2, 0.85),
+    (1.0, 1.0, 0.0, 0.9),
+    (0.3, 2.0, 1.0, 0.7),
+]
+
+
+@pytest.mark.parametrize("s,scv,budget,rho", CASES)
+def test_slo_capacity_shape(s, scv, budget, rho):
+    n = np.arange(1, 129)
+    f = capacity_table(128, s, scv, budget, rho)
+    cap = rho * n / s
+    assert np.all(f > 0)
+    assert np.all(np.diff(f) > 0)  # increasing
+    assert np.all(f <= cap * (1 + 1e-12))  # capped by ρ_max·n/S̄
+    per_replica = f / n
+    assert np.all(np.diff(per_replica) >= -1e-9 * per_replica[1:])  # pooling gains: f(n)/n never falls
+    # convex (increments never shrink) as long as the utilisation cap does not bind
+    below = f < cap * (1 - 1e-9)
+    inc = np.diff(f)
+    both = below[1:-1] & below[2:]
+    assert np.all(inc[1:][both] >= inc[:-1][both] * (1 - 1e-6))
+
+
+@pytest.mark.parametrize("s,scv,budget,rho", CASES)
+def test_slo_capacity_is_the_largest_rate_meeting_the_budget(s, scv, budget, rho):
+    for n in (1, 3, 10, 40):
+        f = float(slo_capacity_rps(n, s, scv, budget, rho)[0])
+        assert float(wait_quantile_s(f, n, s, scv)) <= budget + 1e-9
+        at_cap = f >= rho * n / s * (1 - 1e-9)
+        assert at_cap or float(wait_quantile_s(f * (1 + 1e-6), n, s, scv)) > budget
+
+
+def test_slo_capacity_single_server_closed_form():
+    # n = 1, c_s² = 1: t99 = ln(ρ/0.01)/(μ − λ) ≤ W. With μ = 10/s and W = 0.5 s the largest ρ solves
+    # ln(100ρ) = 5·(1 − ρ); bisection by hand here.
+    mu, w = 10.0, 0.5
+    lo, hi = 0.0, 1.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if math.log(max(mid, 1e-300) / 0.01) / (mu - mu * mid) <= w:
+            lo = mid
+        else:
+            hi = mid
+    assert float(slo_capacity_rps(1, 0.1, 1.0, w, 0.99)[0]) == pytest.approx(lo * mu, rel=1e-6)
+    # the utilisation cap binds when it is the tighter of the two
+    assert float(slo_capacity_rps(1, 0.1, 1.0, w, 0.3)[0]) == pytest.approx(0.3 * mu, rel=1e-12)
+
+
+def test_slo_capacity_zero_for_negative_budget_and_small_for_zero():
+    assert slo_capacity_rps(np.array([1, 8]), 0.1, 1.0, -0.01, 0.85).tolist() == [0.0, 0.0]
+    # budget 0: the p99 arrival must not wait at all, C(n, a) ≤ 1 %: M/M/1 allows ρ ≤ 0.01
+    assert float(slo_capacity_rps(1, 0.1, 1.0, 0.0, 0.85)[0]) == pytest.approx(0.01 / 0.1, rel=1e-6)
+
+
+def test_slo_capacity_grows_with_budget():
+    budgets = np.array([0.0, 0.01, 0.05, 0.2, 1.0])
+    f = slo_capacity_rps(8, 0.1, 0.5, budgets, 0.85)
+    assert np.all(np.diff(f) >= 0)
+    assert f[-1] == pytest.approx(0.85 * 8 / 0.1)
+
+
+# --------------------------------------------------------------------------- servers_needed
+
+
+@pytest.mark.parametrize("s,scv,budget,rho", CASES)
+def test_servers_needed_inverts_the_table(s, scv, budget, rho):
+    table = capacity_table(64, s, scv, budget, rho)
+    rng = np.random.default_rng(7)
+    for lam in np.concatenate([rng.uniform(1e-6, table[-1], 200), table[:10], table[:10] * (1 + 1e-9)]):
+        n = servers_needed(float(lam), table)
+        assert 1 <= n <= 64
+        assert table[n - 1] >= lam * (1 - 1e-12)  # f(n) ≥ λ
+        if n > 1:
+            assert table[n - 2] < lam  # f(n − 1) < λ
+    assert servers_needed(0.0, table) == 0
+    assert servers_needed(-1.0, table) == 0
+
+
+@pytest.mark.parametrize("s,scv,budget,rho", CASES)
+def test_servers_needed_beyond_the_table_is_never_optimistic(s, scv, budget, rho):
+    full = capacity_table(200, s, scv, budget, rho)
+    for short_len in (2, 5, 20, 31, 50):
+        short = full[:short_len]
+        for lam in np.linspace(full[short_len - 1] * 1.01, full[-1] * 0.999, 25):
+            exact = servers_needed(float(lam), full)
+            assert servers_needed(float(lam), short) >= exact
+
+
+def test_servers_needed_beyond_table_where_the_cap_binds():
+    # S̄ = 0.1 s, c_s² = 0.5, budget 50 ms, ρ_max 0.85: f grows by ~9.7/s per replica up to n = 32,
+    # then by ρ_max/S̄ = 8.5/s (the cap binds). 60 replicas carry at most 0.85·60/0.1 = 510/s.
+    full = capacity_table(80, 0.1, 0.5, 0.05, 0.85)
+    lam = 0.85 * 60 / 0.1 * 0.999
+    assert servers_needed(lam, full) == 60
+    assert servers_needed(lam, full[:31]) >= 60  # extrapolating by the last (convex) increment gave 57
