@@ -1,6 +1,9 @@
 """Power: the nodes powered at a site never draw more than its megawatts.
 
-          Σ_g node kW_g · PUE_s · powered nodes[s,g,t]  ≤  1000 · MW_s     for every (s, t)
+          Σ_g node kW_g · PUE_s · powered nodes[s,g,t] + r[s,t]  ≤  1000 · MW_s     for every (s, t)
+
+r is a mutable reserve (0 unless whole replicas overflowed the site's power in an earlier
+solve and the solve loop asks for room).
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ def add_to(build) -> None:
     by_site: dict = {}
     for (s, g, t), exprs in powered.items():
         by_site.setdefault((s, t), []).extend(inst.node_kw[g] * inst.pue[s] * e for e in exprs)
+    keys = sorted(k for k, exprs in by_site.items() if exprs)
+    model.kw_reserve = pyo.Param(keys, initialize=0.0, mutable=True)
     model.power = pyo.Constraint(
-        sorted(k for k, exprs in by_site.items() if exprs),
-        rule=lambda m, s, t: pyo.quicksum(by_site[(s, t)]) <= inst.power_kw[s],
+        keys, rule=lambda m, s, t: pyo.quicksum(by_site[(s, t)]) + m.kw_reserve[s, t] <= inst.power_kw[s],
     )

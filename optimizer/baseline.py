@@ -2,7 +2,8 @@
 
 For each workload: one accelerator type, colocated serving (no disaggregation), each metro
 served from its nearest site that offers that type within the TTFT objective, every site
-provisioned for its peak hour of the year on reserved capacity (the cheapest allowed term).
+provisioned for its peak hour of the year on reserved capacity (the cheapest allowed term;
+on demand every hour where nothing may be reserved).
 The accelerator type is the one that makes this plan cheapest — the planner tries each.
 It is costed with the same curves and the same arithmetic as the optimizer's plans.
 """
@@ -77,6 +78,7 @@ def baseline(inst: Instance) -> Baseline | None:
     """The hand-made plan, or None when some workload has no single accelerator type that
     serves every metro colocated from its nearest site."""
     committed: dict = {}
+    ondemand: dict = {}
     flows, replicas, routes = {}, {}, {}
     choice = {}
     for k in inst.workloads:
@@ -86,7 +88,8 @@ def baseline(inst: Instance) -> Baseline | None:
             if plan is None:
                 continue
             nodes = plan[0]
-            cost = sum(n * min(inst.contracts[(s, g)].committed.values(), default=math.inf) for s, n in nodes.items())
+            cost = sum(n * min(inst.contracts[(s, g)].committed.values(), default=inst.contracts[(s, g)].ondemand)
+                       for s, n in nodes.items())
             if best is None or cost < best[0]:
                 best = (cost, g, plan)
         if best is None:
@@ -95,11 +98,16 @@ def baseline(inst: Instance) -> Baseline | None:
         choice[k] = g
         for s, n in nodes.items():
             terms = inst.contracts[(s, g)].committed
-            term = min(sorted(terms), key=lambda t: terms[t])
-            committed[(s, g, term)] = committed.get((s, g, term), 0) + n
+            if terms:
+                term = min(sorted(terms), key=lambda t: terms[t])
+                committed[(s, g, term)] = committed.get((s, g, term), 0) + n
+            else:  # nothing can be reserved: rent the peak on demand every hour
+                for st in inst.states:
+                    if st.lost_site is None:
+                        ondemand[(s, g, st.id)] = ondemand.get((s, g, st.id), 0) + n
         flows.update(f)
         replicas.update(r)
         routes.update(ro)
-    sol = Solution(committed, {}, flows, replicas, routes, {})
+    sol = Solution(committed, ondemand, flows, replicas, routes, {})
     total = float(procurement_table(inst, sol)["cost_usd"].sum())
     return Baseline(total, choice, sol)

@@ -114,7 +114,8 @@ def cmd_validate(args) -> int:
     for w in raw.warnings:
         print(f"warning: {w}", file=sys.stderr)
     print(f"{raw.path}: valid — {len(s.metros)} metros, {len(s.sites)} sites, {len(s.accelerators)} accelerators, "
-          f"{len(s.workloads)} workloads, {len(s.horizon.periods)} periods × {len(s.horizon.day_types)} day type(s) × 24 h")
+          f"{len(s.workloads)} workloads, {len(s.horizon.periods)} periods × {len(s.horizon.day_types)} day type(s) × "
+          f"{len(s.horizon.hours)} h")
     return 0
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from optimizer.instance import Instance, replicas_for
+from optimizer.rebalance import rebalance
 
 HOURS_PER_YEAR = 8760.0
 
@@ -27,6 +28,8 @@ class Solution:
     routes: dict[tuple, float]  # (metro, site, workload, tier, state) → requests/s
     unserved: dict[tuple[str, str, int], float]  # (metro, workload, state) → requests/s
     violations: list[str] = field(default_factory=list)
+    gpus_short: dict[tuple[str, str, int], int] = field(default_factory=dict)  # beyond supply caps
+    kw_over: dict[tuple[str, int], float] = field(default_factory=dict)  # beyond a site's power
 
 
 def whole_replicas(inst: Instance, flows: dict[tuple[int, int], float]) -> dict[tuple[int, int], int]:
@@ -46,13 +49,38 @@ def nodes_needed(inst: Instance, replicas: dict[tuple[int, int], int]) -> dict[t
 def repair(inst: Instance, flows: dict, routes: dict, unserved: dict) -> Solution:
     """Make a master solution whole: whole replicas per pool and state (the smallest pool
     meeting its SLO capacity at the peak-sized load), then per (site, accelerator) the
-    cheapest whole commitment and on-demand nodes that host them (`commit`). Breaches of
+    cheapest whole commitment and on-demand nodes that host them (`commit`); where whole
+    replicas overflow a site's supply, load first moves between the site's interchangeable
+    pools (`optimizer.rebalance`). Breaches of
     supply caps or power are recorded, never hidden."""
+    flows = rebalance(inst, flows)
     replicas = whole_replicas(inst, flows)
     need = nodes_needed(inst, replicas)
     committed, ondemand, violations = commit(inst, need)
-    violations += _power_violations(inst, committed, ondemand)
-    return Solution(committed, ondemand, dict(flows), replicas, dict(routes), dict(unserved), violations)
+    short = _gpus_short(inst, replicas, committed, ondemand)
+    over = _kw_over(inst, committed, ondemand)
+    violations += [f"{s} state {sid}: draws {kw / 1000:.2f} MW more than its {inst.power_kw[s] / 1000:.2f} MW"
+                   for (s, sid), kw in sorted(over.items())]
+    return Solution(committed, ondemand, dict(flows), replicas, dict(routes), dict(unserved), violations, short, over)
+
+
+def _gpus_short(inst: Instance, replicas: dict, committed: dict, ondemand: dict) -> dict:
+    """GPUs the whole replicas need beyond what committed and on-demand nodes (within their
+    caps) can host, per (site, accelerator, state)."""
+    gpus: dict = {}
+    for (pid, sid), n in replicas.items():
+        p = inst.pools[pid]
+        gpus[(p.site, p.gpu, sid)] = gpus.get((p.site, p.gpu, sid), 0) + n * p.gpus
+    have: dict = {}
+    for (s, g, _), n in committed.items():
+        have[(s, g)] = have.get((s, g), 0) + n
+    out = {}
+    for (s, g, sid), need in gpus.items():
+        od = min(ondemand.get((s, g, sid), 0), inst.ondemand_max.get((s, g), 0))
+        usable = (have.get((s, g), 0) + math.floor((1 - inst.warm_fraction) * od + 1e-9)) * inst.gpus_per_node[g]
+        if need > usable:
+            out[(s, g, sid)] = need - usable
+    return out
 
 
 def _day_cycles(inst: Instance) -> list[list[int]]:
@@ -129,11 +157,12 @@ def _ramp_cost(inst: Instance, rate: float, o: np.ndarray, ids: list[int], cycle
     return total * inst.cold_start_hours * rate
 
 
-def _power_violations(inst: Instance, committed: dict, ondemand: dict) -> list[str]:
+def _kw_over(inst: Instance, committed: dict, ondemand: dict) -> dict[tuple[str, int], float]:
+    """kW the powered nodes draw beyond a site's megawatts, per (site, state)."""
     committed_at: dict[tuple[str, str], int] = {}
     for (s, g, _), n in committed.items():
         committed_at[(s, g)] = committed_at.get((s, g), 0) + n
-    out = []
+    out = {}
     for st in inst.states:
         for s in inst.sites:
             if s == st.lost_site:
@@ -141,7 +170,7 @@ def _power_violations(inst: Instance, committed: dict, ondemand: dict) -> list[s
             kw = sum(inst.node_kw[g] * inst.pue[s] * (committed_at.get((s, g), 0) + ondemand.get((s, g, st.id), 0))
                      for g in inst.gpus if (s, g) in inst.contracts)
             if kw > inst.power_kw[s] * (1 + 1e-9):
-                out.append(f"{s} state {st.id}: draws {kw / 1000:.2f} MW of {inst.power_kw[s] / 1000:.2f} MW")
+                out[(s, st.id)] = kw - inst.power_kw[s]
     return out
 
 

@@ -98,7 +98,7 @@ def plan_scenario(s: Scenario, raw: RawScenario, settings: SolverSettings, *, al
 def _slice_columns(inst: Instance, sid: int) -> dict:
     st = inst.states[sid]
     row = inst.slices.loc[st.slice]
-    return {"period": row["period"], "day_type": row["day_type"], "hour": int(row["hour"]), "lost_site": st.lost_site or ""}
+    return {"period": row["period"], "day_type": row["day_type"], "hour": int(row["hour"]), "lost_site": st.lost_site}
 
 
 def _pool_wait_ms(inst: Instance, s: Scenario, pool, load: float, n: int) -> float:
@@ -150,7 +150,7 @@ def _slo_table(s: Scenario, inst: Instance, sol, pools_df: pd.DataFrame) -> pd.D
     the prediction is the slowest path of a pool that carries load, at its worst slice:
       disaggregated: queue + prefill(p99) + KV transfer + first token; ITL from the decode pools;
       colocated:     queue + chunked prefill(p99); ITL from the colocated iteration."""
-    nominal = pools_df[pools_df["lost_site"] == ""] if len(pools_df) else pools_df
+    nominal = pools_df[pools_df["lost_site"].isna()] if len(pools_df) else pools_df
     configs = {p.config.id: p.config for p in inst.pools}
     rtt_of = _rtt_lookup(inst)
     decode_itl: dict = {}

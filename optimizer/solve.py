@@ -35,10 +35,11 @@ from pyomo.contrib.solver.solvers.highs import Highs
 from formulations import build_model
 from optimizer.costing import Solution, procurement_table, repair, unserved_penalty_usd
 from optimizer.curves.queueing import servers_needed
-from optimizer.errors import NumericalTroubleError, TimeLimitNoPlanError
+from optimizer.errors import InfeasibleError, NumericalTroubleError, TimeLimitNoPlanError
 from optimizer.instance import Instance, reach
 
 GUARD_MARGIN_S = 5.0
+MAX_ROOM_SOLVES = 4  # extra solves allowed to make room where whole replicas overflowed
 
 
 @dataclass(frozen=True)
@@ -285,20 +286,51 @@ def _tangent_coefficients(inst: Instance, sol: Solution, current: dict) -> dict:
     return out
 
 
+def _reserve_room(model, inst: Instance, sol: Solution, coefficients: dict) -> None:
+    """Where the last plan's whole replicas overflowed a supply cap or a site's power, ask the
+    next solve to leave room for the rounding: the whole plan's GPUs (kW) there minus the
+    master's fractional ones."""
+    fractional: dict = {}
+    for (pid, sid), y in sol.flows.items():
+        p = inst.pools[pid]
+        fractional[(p.site, p.gpu, sid)] = fractional.get((p.site, p.gpu, sid), 0.0) + coefficients[(pid, sid)] * y
+    whole: dict = {}
+    for (pid, sid), n in sol.replicas.items():
+        p = inst.pools[pid]
+        whole[(p.site, p.gpu, sid)] = whole.get((p.site, p.gpu, sid), 0) + n * p.gpus
+    for key in sol.gpus_short:
+        if key in model.gpu_reserve:
+            room = whole.get(key, 0) - fractional.get(key, 0.0)
+            model.gpu_reserve[key] = max(pyo.value(model.gpu_reserve[key]), room)
+    for (site, sid), over in sol.kw_over.items():
+        if (site, sid) in model.kw_reserve:
+            room = sum(inst.node_kw[g] * inst.pue[site] / inst.gpus_per_node[g] * (whole.get((site, g, sid), 0) - fractional.get((site, g, sid), 0.0))
+                       for g in inst.gpus)
+            model.kw_reserve[site, sid] = max(pyo.value(model.kw_reserve[site, sid]), room, over)
+
+
 def _solve_master(inst, model, solver, settings, steps, deadline, largest, guess, say) -> SolveResult:
     """Bound solve first (optimistic pooling: its plan consolidates), then a solve priced at
     the pool sizes reachable demand suggests, then tangent descent from the best plan so far.
-    Every solve's flows are repaired into a whole plan; the cheapest is kept."""
+    Every solve's flows are repaired into a whole plan; the cheapest plan that fits every
+    supply cap and megawatt is kept. When whole replicas overflow a cap, later solves leave
+    that much room there."""
     best: tuple[float, Solution] | None = None
+    last_fit = None
     statuses, bound = [], None
     starts = [("bound", _coefficients(inst, largest)), ("plan", _coefficients(inst, guess))]
-    solves_left = len(starts) + max(settings.plan_iterations - 1, 0)
+    budget = len(starts) + max(settings.plan_iterations - 1, 0)
     coefficients = None
-    for it in range(solves_left):
-        kind, coefficients = starts[it] if it < len(starts) else ("plan", _tangent_coefficients(inst, best[1], coefficients))
+    it = 0
+    while it < budget + MAX_ROOM_SOLVES and time.perf_counter() < deadline:
+        if it < len(starts):
+            kind, coefficients = starts[it]
+        else:
+            kind = "plan"
+            coefficients = _tangent_coefficients(inst, (best or last_fit)[1], coefficients)
         _set_coefficients(model, coefficients)
         t = time.perf_counter()
-        results = _run(solver, model, max((deadline - time.perf_counter()) / (solves_left - it), 1.0),
+        results = _run(solver, model, max((deadline - time.perf_counter()) / max(budget - it, 1), 1.0),
                        settings.mip_gap / 2, settings.threads)
         status, has_solution = _check(results, kind)
         statuses.append(status)
@@ -309,15 +341,26 @@ def _solve_master(inst, model, solver, settings, steps, deadline, largest, guess
         results.solution_loader.load_vars()
         sol = repair(inst, *_extract(model))
         cost = plan_cost(inst, sol)
+        fits = not sol.gpus_short and not sol.kw_over
         steps.append(SolveStep(kind, status, results.incumbent_objective, results.objective_bound,
                                time.perf_counter() - t, cost))
-        say(f"{kind} solve: {status}, linearised ${results.incumbent_objective:,.0f}, whole plan ${cost:,.0f} "
-            f"({time.perf_counter() - t:.1f} s)")
-        improved = best is None or cost < best[0] - 1e-6
-        if improved:
+        say(f"{kind} solve: {status}, linearised ${results.incumbent_objective:,.0f}, whole plan ${cost:,.0f}"
+            + ("" if fits else " (overflows supply or power: solving again with room left)")
+            + f" ({time.perf_counter() - t:.1f} s)")
+        it += 1
+        last_fit = (cost, sol)
+        if not fits:
+            _reserve_room(model, inst, sol, coefficients)
+            continue
+        if best is None or cost < best[0] - 1e-6:
             best = (cost, sol)
-        elif it >= len(starts):
+        elif it > len(starts):
             break  # the descent stalled
+        if it >= budget:
+            break
+    if best is None:
+        raise InfeasibleError(
+            "no whole plan fits the sites' supply caps and megawatts: " + "; ".join(last_fit[1].violations[:5]))
     cost, sol = best
     bound = float(bound) if bound is not None else 0.0
     gap = max(0.0, (cost - bound) / cost) if cost > 0 else 0.0

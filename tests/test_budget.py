@@ -147,11 +147,14 @@ def test_site_across_the_pacific_is_infeasible(write_scenario, capsys):
     assert far["rtt_ms"] + far["overhead_ms"] > 0.8 * far["ttft_p99_ms"]  # the network alone eats the budget
     assert far["feasible"] is False and far["queue_budget_ms"] < 0
 
-    # Tokyo is nearer but still across the Pacific: infeasible too; the same metros' own sites are fine
-    assert budget_json(capsys, *common, "--metro", "chicago", "--site", "tokyo")["feasible"] is False
-    for metro in ("chicago", "tokyo", "singapore"):
-        own = budget_json(capsys, *common, "--metro", metro, "--site", metro)
-        assert own["feasible"] is True and own["queue_budget_ms"] > 0
+    # Tokyo is nearer but still across the Pacific: infeasible too
+    tokyo = budget_json(capsys, *common, "--metro", "chicago", "--site", "tokyo")
+    assert tokyo["feasible"] is False and far["queue_budget_ms"] < tokyo["queue_budget_ms"] < 0
+    # every site offers the same accelerators, so the home site gains exactly the RTT it saves
+    home = budget_json(capsys, *common, "--metro", "chicago", "--site", "chicago")
+    assert home["rtt_ms"] == pytest.approx(8.5 + 5.0)
+    assert home["queue_budget_ms"] - far["queue_budget_ms"] == pytest.approx(far["rtt_ms"] - home["rtt_ms"])
+    assert home["feasible"] is True
 
     assert main(["budget", *common, "--metro", "chicago", "--site", "singapore"]) == 0
     assert "INFEASIBLE" in capsys.readouterr().out

@@ -116,9 +116,11 @@ def test_default_model_fits_published_p95_rtts(published):
     err = relative_errors(p95, spec.route_factor, spec.site_rtt_ms, spec.fiber_km_per_ms)
     assert np.median(np.abs(err)) <= MEDIAN_ERROR_TOLERANCE
     assert abs(err.mean()) <= BIAS_TOLERANCE
-    # no pair is off by more than 40 % (the worst are short hops whose published P95 carries
-    # detours: Doha–Dubai, Frankfurt–Milan)
+    # no pair is off by more than 40 %; the worst are Toronto–Quebec City (+36 %, a straight
+    # short link), Dubai–Amsterdam (−33 %, routed round the Gulf) and Sydney–California (+29 %,
+    # a direct Pacific cable)
     assert np.abs(err).max() <= 0.40
+    assert (np.abs(err) <= 0.30).mean() >= 0.9  # nine pairs in ten within ±30 %
 
 
 def test_defaults_are_near_the_best_fit(published):

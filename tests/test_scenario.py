@@ -180,3 +180,31 @@ def test_validate_command_prints_warnings(write_scenario, capsys):
 def test_load_scenario_raises_scenario_error_not_pydantic(write_scenario):
     with pytest.raises(ScenarioError):
         load_scenario(write_scenario({**SMALL, "serving": {"decode_mbu": 75}}))
+
+
+def test_price_patch_applies_to_the_chosen_provider(write_scenario):
+    # data/prices.csv lists several providers per accelerator; a patch keyed by gpu must change
+    # the row of the provider the scenario uses (aws here), not another provider's row
+    doc = {**SMALL, "prices": {"provider": "aws", "patch": {"h100-sxm": {"ondemand_usd_per_gpu_hour": 1.23}}}}
+    s, raw = load_scenario(write_scenario(doc))
+    assert s.price_provider == "aws"
+    assert s.prices["h100-sxm"].provider == "aws"
+    assert s.prices["h100-sxm"].ondemand_usd_per_gpu_hour == 1.23
+    assert s.prices["h200-sxm"].provider == "aws" and s.prices["h200-sxm"].ondemand_usd_per_gpu_hour != 1.23
+    assert "patched" in raw.origin("prices", "h100-sxm").label
+    # and the reference provider's price is untouched when it is the one chosen
+    ref, _ = load_scenario(write_scenario({**SMALL, "prices": {"provider": "reference"}}, name="ref.yaml"))
+    assert ref.prices["h100-sxm"].ondemand_usd_per_gpu_hour != 1.23
+
+
+def test_set_a_price_by_accelerator(write_scenario):
+    s, _ = load_scenario(write_scenario(SMALL), ["prices.h200-sxm.ondemand_usd_per_gpu_hour=x0.5"])
+    base, _ = load_scenario(write_scenario(SMALL, name="base.yaml"))
+    assert s.prices["h200-sxm"].ondemand_usd_per_gpu_hour == pytest.approx(
+        base.prices["h200-sxm"].ondemand_usd_per_gpu_hour * 0.5)
+
+
+def test_validate_command_reports_the_planned_hours(write_scenario, capsys):
+    path = write_scenario({**SMALL, "horizon": {"hours": [0, 6, 12, 18]}})
+    assert main(["validate", str(path)]) == 0
+    assert "4 periods × 1 day type(s) × 4 h" in capsys.readouterr().out

@@ -1,0 +1,97 @@
+"""Repair inside a site: when whole replicas overflow what a site can host of an accelerator
+(its reserved plus on-demand supply caps), move load between the site's interchangeable
+pools — the prefill and colocated pools of one latency tier, the decode pools of one
+workload — so that every accelerator type stays within its supply. Routing is untouched,
+so every request keeps its latency tier and its TTFT budget."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from optimizer.instance import Instance, Pool, replicas_for
+
+
+def _capacity(inst: Instance, pool: Pool, n: int) -> float:
+    """Mean requests/s n whole replicas carry inside their objectives."""
+    if n <= 0:
+        return 0.0
+    cap = math.inf
+    if pool.table is not None:
+        table = pool.table
+        cap = float(table[min(n, len(table)) - 1]) + max(0, n - len(table)) * float(table[-1] - table[-2])
+    if pool.role in ("decode", "colocated"):
+        cap = min(cap, pool.decode_rps * n)
+    return cap / inst.peak_to_mean
+
+
+def _gpu_limits(inst: Instance) -> dict[tuple[str, str], int]:
+    return {(s, g): (inst.committed_max[(s, g)] + math.floor((1 - inst.warm_fraction) * inst.ondemand_max[(s, g)]))
+            * inst.gpus_per_node[g] for s, g in inst.site_gpus}
+
+
+def _fill(inst: Instance, pools: list[Pool], total: float, room: dict) -> dict[int, float] | None:
+    """Spread ``total`` requests/s over ``pools`` (cheapest per request first), each taking
+    what whole replicas fit in its accelerator's room; None if the room is not enough."""
+    def price(p: Pool) -> float:
+        per_replica = _capacity(inst, p, 8) / 8
+        return p.gpus * inst.contracts[(p.site, p.gpu)].ondemand / inst.gpus_per_node[p.gpu] / max(per_replica, 1e-12)
+
+    out: dict[int, float] = {}
+    left = total
+    for p in sorted(pools, key=price):
+        if left <= 1e-12:
+            break
+        n_max = room[p.gpu] // p.gpus
+        take = min(left, _capacity(inst, p, n_max))
+        if take > 1e-12:
+            out[p.id] = take
+            room[p.gpu] -= replicas_for(p, inst.peak_to_mean * take) * p.gpus
+            left -= take
+    return out if left <= 1e-9 * max(total, 1.0) else None
+
+
+def rebalance(inst: Instance, flows: dict[tuple[int, int], float]) -> dict[tuple[int, int], float]:
+    """Flows with overflowing (site, state) groups redistributed where that fits."""
+    limits = _gpu_limits(inst)
+    by_group: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+    for key in flows:
+        by_group[(inst.pools[key[0]].site, key[1])].append(key)
+    out = dict(flows)
+    for (site, sid), keys in by_group.items():
+        used: dict[str, int] = defaultdict(int)
+        for key in keys:
+            p = inst.pools[key[0]]
+            used[p.gpu] += replicas_for(p, inst.peak_to_mean * flows[key]) * p.gpus
+        if all(used[g] <= limits[(site, g)] for g in used):
+            continue
+        room = {g: limits[(site, g)] for s, g in inst.site_gpus if s == site}
+        state_pools = [p for p in inst.pools_in(inst.states[sid]) if p.site == site]
+        tiers: dict = defaultdict(float)
+        for key in keys:
+            p = inst.pools[key[0]]
+            if p.role != "decode":
+                tiers[(p.workload, p.tier)] += flows[key]
+        new: dict[tuple[int, int], float] = {}
+        for (k, tier), total in sorted(tiers.items()):
+            group = [p for p in state_pools if p.role != "decode" and p.workload == k and p.tier == tier]
+            filled = _fill(inst, group, total, room)
+            if filled is None:
+                break
+            new.update({(pid, sid): y for pid, y in filled.items()})
+        else:
+            decode_total: dict = defaultdict(float)
+            for (pid, _), y in new.items():
+                if inst.pools[pid].role == "prefill":
+                    decode_total[inst.pools[pid].workload] += y
+            for k, total in sorted(decode_total.items()):
+                group = [p for p in state_pools if p.role == "decode" and p.workload == k]
+                filled = _fill(inst, group, total, room)
+                if filled is None:
+                    break
+                new.update({(pid, sid): y for pid, y in filled.items()})
+            else:
+                for key in keys:
+                    out.pop(key, None)
+                out.update(new)
+    return out

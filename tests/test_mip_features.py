@@ -1,0 +1,71 @@
+"""Features of the MIP on small scenarios: heterogeneous prefill/decode, N−1 resilience,
+owned hardware, on-demand ramps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from optimizer.plan import make_plan
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_prefill_and_decode_on_different_accelerators():
+    """B200 is the only part fast enough to prefill chat within 300 ms, and its supply is
+    capped at three nodes: the plan prefills on B200 and decodes elsewhere — the same
+    answer as the exact MIP."""
+    plan = make_plan(DATA / "hetero.yaml")
+    pools = plan.tables["pools"]
+    assert set(pools.loc[pools["role"] == "prefill", "gpu"]) == {"b200"}
+    assert "b200" not in set(pools.loc[pools["role"] == "decode", "gpu"])
+    exact = make_plan(DATA / "hetero.yaml", exact=True)
+    assert plan.summary["total_cost_usd"] == pytest.approx(exact.summary["total_cost_usd"], rel=1e-9)
+    slo = plan.tables["slo"]
+    assert (slo["mode"] == "disaggregated").all()
+    assert slo["transfer_ms"].iloc[0] > 0
+
+
+def test_n_minus_1_buys_spare_capacity_for_a_site_loss():
+    nominal = make_plan(DATA / "tiny.yaml", exact=True)
+    resilient = make_plan(DATA / "tiny.yaml", ["policy.n_minus_1=true"], exact=True)
+    assert resilient.summary["total_cost_usd"] >= nominal.summary["total_cost_usd"]
+    pools = resilient.tables["pools"]
+    lost = pools[pools["lost_site"].notna()]
+    assert set(lost["lost_site"]) == {"chicago", "dallas"}
+    for site, group in lost.groupby("lost_site"):
+        assert site not in set(group["site"])  # the lost site serves nothing
+    assert resilient.summary["unserved_fraction"] == 0
+
+
+def test_owned_nodes_pay_capital_colo_and_energy():
+    plan = make_plan(DATA / "tiny.yaml", ["policy.allow_owned=true", "policy.reserved_terms=[]",
+                                          "policy.allow_ondemand=false"], exact=True)
+    proc = plan.tables["procurement"]
+    nodes = proc[proc["gpu"] != "egress"]
+    assert nodes["owned_nodes"].sum() > 0 and nodes["reserved_1y_nodes"].sum() == 0
+    row = nodes[nodes["owned_nodes"] > 0].iloc[0]
+    from optimizer.scenario import load_scenario
+
+    s, _ = load_scenario(DATA / "tiny.yaml")
+    a, site, owned = s.accelerators[row["gpu"]], s.sites[row["site"]], s.owned[row["gpu"]]
+    capital = owned.capex_usd_per_node / owned.life_years
+    colo = a.node_kw * site.colo_usd_per_kw_month * 12
+    energy = a.node_kw * site.pue * site.energy_usd_per_mwh / 1000 * 8760
+    assert row["cost_owned_usd"] == pytest.approx(row["owned_nodes"] * (capital + colo), rel=1e-9)
+    assert row["cost_energy_usd"] == pytest.approx(row["owned_nodes"] * energy, rel=1e-9)
+
+
+def test_on_demand_ramps_pay_the_cold_start():
+    plan = make_plan(DATA / "tiny.yaml", ["policy.reserved_terms=[]", "policy.cold_start_minutes=30"], exact=True)
+    proc = plan.tables["procurement"]
+    nodes = proc[proc["gpu"] != "egress"]
+    assert nodes["ramp_node_hours"].sum() > 0
+    for row in nodes.itertuples():
+        rate = row.cost_ondemand_usd / row.ondemand_node_hours
+        assert row.cost_ramp_usd == pytest.approx(rate * row.ramp_node_hours, rel=1e-9)
+    pools = plan.tables["pools"]
+    # two slices of 4,380 h each; a rise from the low to the high slice repeats every day
+    rises = pools.groupby(["site", "gpu", "hour"])["replicas"].sum()
+    assert len(rises) >= 1
