@@ -58,9 +58,10 @@ def hardware(a: Accelerator, dtype: str) -> Hardware | None:
         return None
     return Hardware(
         dense_flops_per_s=tflops * 1e12,
-        # Vendors' HBM capacities ("80 GB" H100, "141 GB" H200, "192 GB" MI300X) are binary
-        # gigabytes (HBM stacks come in 2^k-byte sizes; an H100 reports ~79.6 GiB = 85.5e9 B),
-        # and usable_hbm_fraction (vLLM's gpu_memory_utilization) applies to those bytes.
+        # Vendors' HBM capacities are binary gigabytes: the driver reports 81,559 MiB for an
+        # "80 GB" H100, 143,771 MiB for a "141 GB" H200, 183,359 MiB for a "180 GB" B200 (hbm_gb
+        # GiB is 0.4–0.5 % above each), and usable_hbm_fraction (vLLM's gpu_memory_utilization)
+        # applies to those bytes.
         hbm_bytes=a.hbm_gb * 2**30,
         hbm_bytes_per_s=a.hbm_tb_s * 1e12,
         scaleup_domain_gpus=a.scaleup_domain_gpus,

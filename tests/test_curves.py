@@ -581,6 +581,14 @@ def test_hardware_units(catalogue):
     assert hardware(catalogue.accelerators["a100-80gb-sxm"], "fp8") is None
 
 
+@pytest.mark.parametrize("gpu,reported_mib", [("h100-sxm", 81_559), ("h200-sxm", 143_771), ("b200", 183_359)])
+def test_hbm_bytes_match_what_the_driver_reports(catalogue, gpu, reported_mib):
+    # nvidia-smi totals (MiB) of the "80 GB", "141 GB" and "180 GB" parts: the catalogue's GB are
+    # binary. Read as 1e9 B they would be 6.5–7 % short, and Llama-3.1-70B BF16 would not fit 2 × H100.
+    hw = hardware(catalogue.accelerators[gpu], "bf16")
+    assert hw.hbm_bytes == pytest.approx(reported_mib * 2**20, rel=0.006)
+
+
 def test_moe_parallel_degrees_span_nodes(catalogue):
     s = Serving()
     assert parallel_degrees(catalogue.models["deepseek-v3"], catalogue.accelerators["h100-sxm"], s) == [1, 2, 4, 8, 16]
