@@ -190,8 +190,15 @@ def cmd_plan(args) -> int:
     from optimizer.plan import make_plan, write_plan
 
     progress = (lambda msg: print(msg, file=sys.stderr)) if not args.quiet else None
-    plan = make_plan(args.scenario, args.set or [], time_limit_s=args.time_limit, mip_gap=args.mip_gap,
-                     threads=args.threads, exact=args.exact, allow_unserved=args.allow_unserved, progress=progress)
+    if args.from_plan:
+        if args.scenario or args.set:
+            raise ScenarioError("--from-plan replans a plan folder as recorded; give no SCENARIO or --set with it")
+        from optimizer.plan import replan
+
+        plan = replan(args.from_plan, progress=progress, allow_unserved=args.allow_unserved)
+    else:
+        plan = make_plan(args.scenario, args.set or [], time_limit_s=args.time_limit, mip_gap=args.mip_gap,
+                         threads=args.threads, exact=args.exact, allow_unserved=args.allow_unserved, progress=progress)
     out = write_plan(plan, args.out)
     sm = plan.summary
     if args.json:
@@ -286,8 +293,13 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--mip-gap", type=float, help="target relative gap (default: the scenario's policy)")
     pl.add_argument("--threads", type=int)
     pl.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario field by dotted path")
-    pl.add_argument("--exact", action="store_true", help="integer replicas throughout (small cases and checks)")
+    mode = pl.add_mutually_exclusive_group()
+    mode.add_argument("--exact", dest="exact", action="store_const", const=True,
+                      help="integer replicas throughout (small cases and checks; default for small scenarios)")
+    mode.add_argument("--master", dest="exact", action="store_const", const=False,
+                      help="continuous master + whole-plan repair (default for large scenarios)")
     pl.add_argument("--allow-unserved", action="store_true", help="write the plan even if some demand is unserved")
+    pl.add_argument("--from-plan", metavar="DIR", help="plan again exactly what a plan folder records")
     pl.add_argument("--json", action="store_true")
     pl.add_argument("--quiet", action="store_true", help="no progress lines")
     pl.set_defaults(func=cmd_plan)

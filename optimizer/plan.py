@@ -20,6 +20,8 @@ import json
 import os
 import shutil
 import tempfile
+import zipfile
+from datetime import datetime
 from dataclasses import asdict, dataclass, field
 from importlib.metadata import version
 from pathlib import Path
@@ -40,6 +42,7 @@ from optimizer.solve import SolveResult, SolverSettings, solve
 TABLES = ("procurement", "pools", "routing", "slo", "curves")
 TIMING_FIELDS = ("solve_seconds", "build_seconds", "handoff_seconds", "wall_seconds", "steps")
 UNSERVED_TOLERANCE = 1e-6
+FIXED_DATE = datetime(2000, 1, 1)
 
 
 @dataclass
@@ -59,7 +62,7 @@ def versions() -> dict[str, str]:
     return out
 
 
-def settings_from(s: Scenario, time_limit_s=None, mip_gap=None, threads=None, exact=False) -> SolverSettings:
+def settings_from(s: Scenario, time_limit_s=None, mip_gap=None, threads=None, exact=None) -> SolverSettings:
     return SolverSettings(
         time_limit_s=time_limit_s if time_limit_s is not None else s.policy.time_limit_s,
         mip_gap=mip_gap if mip_gap is not None else s.policy.mip_gap,
@@ -68,7 +71,7 @@ def settings_from(s: Scenario, time_limit_s=None, mip_gap=None, threads=None, ex
     )
 
 
-def make_plan(path=None, overrides=(), *, time_limit_s=None, mip_gap=None, threads=None, exact=False,
+def make_plan(path=None, overrides=(), *, time_limit_s=None, mip_gap=None, threads=None, exact=None,
               allow_unserved=False, progress=None) -> Plan:
     """Plan a scenario file (default: the reference scenario) with ``--set`` overrides."""
     s, raw = load_scenario(path, list(overrides))
@@ -243,7 +246,7 @@ def plan_summary(s: Scenario, raw: RawScenario, inst: Instance, result: SolveRes
         "best_bound_usd": result.best_bound_usd,
         "mip_gap": result.mip_gap,
         "mip_gap_target": settings.mip_gap,
-        "mode": "exact" if settings.exact else "master+repair",
+        "mode": "exact" if result.exact else "master+repair",
         "total_cost_usd": total,
         "unserved_penalty_usd": unserved_penalty_usd(inst, sol),
         "cost_per_million_tokens_usd": float(cost_per_million_tokens_usd(total / 8760, annual_tokens / (8760 * 3600)))
@@ -272,6 +275,7 @@ def plan_summary(s: Scenario, raw: RawScenario, inst: Instance, result: SolveRes
         "model_size": result.model_size,
         "steps": [asdict(st) for st in result.steps],
         "versions": versions(),
+        "settings": asdict(settings),
     }
     return summary
 
@@ -361,11 +365,20 @@ def write_plan(plan: Plan, out_dir: str | Path) -> Path:
 
 
 def _write_xlsx(plan: Plan, path: Path) -> None:
-    with pd.ExcelWriter(path, engine="openpyxl") as xl:
-        pd.DataFrame(sorted((k, json.dumps(v, default=_json) if isinstance(v, (dict, list)) else v)
-                            for k, v in plan.summary.items()), columns=["field", "value"]).to_excel(xl, sheet_name="summary", index=False)
+    """The tables as sheets. Zip entries and document properties carry a fixed date, so the
+    same plan gives the same bytes."""
+    raw = path.with_suffix(".raw.xlsx")
+    with pd.ExcelWriter(raw, engine="openpyxl") as xl:
+        xl.book.properties.created = xl.book.properties.modified = FIXED_DATE
+        fields = sorted((k, json.dumps(v, default=_json) if isinstance(v, (dict, list)) else v)
+                        for k, v in plan.summary.items() if k not in TIMING_FIELDS)
+        pd.DataFrame(fields, columns=["field", "value"]).to_excel(xl, sheet_name="summary", index=False)
         for name in TABLES:
             plan.tables[name].to_excel(xl, sheet_name=name, index=False)
+    with zipfile.ZipFile(raw) as src, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            dst.writestr(zipfile.ZipInfo(info.filename, date_time=FIXED_DATE.timetuple()[:6]), src.read(info.filename))
+    raw.unlink()
 
 
 def _replace_dir(new: Path, target: Path) -> None:
@@ -384,6 +397,23 @@ def _json(x):
     if isinstance(x, (np.floating,)):
         return float(x)
     return str(x)
+
+
+def replan(plan_dir: str | Path, *, progress=None, allow_unserved=False) -> Plan:
+    """Plan again exactly what a plan folder records: its resolved scenario (overrides
+    included) with its solver settings."""
+    old = read_plan(plan_dir)
+    raw = RawScenario(old.scenario_data, {}, Path(plan_dir) / "scenario.json",
+                      overrides=list(old.summary.get("overrides", [])))
+    settings = SolverSettings(**old.summary["settings"])
+    return plan_scenario(scenario_of(old, plan_dir), raw, settings, allow_unserved=allow_unserved, progress=progress)
+
+
+def scenario_of(plan: Plan, plan_dir: str | Path) -> Scenario:
+    """The validated scenario a plan folder records (its scenario.json)."""
+    from optimizer.scenario import validate
+
+    return validate(RawScenario(plan.scenario_data, {}, Path(plan_dir) / "scenario.json"))
 
 
 def read_plan(plan_dir: str | Path) -> Plan:

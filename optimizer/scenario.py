@@ -606,7 +606,15 @@ def _key_rows(spec: TableSpec, rows: list[Row], origins: dict) -> dict:
         for k in path[1:-1]:
             node = node.setdefault(k, {})
         node[path[-1]] = dict(row.values)
-    return out
+    return _sorted_by_key(out)
+
+
+def _sorted_by_key(tree: dict) -> dict:
+    """Tables keyed in sorted order (a row, whose values are not mappings, is left as it is),
+    so that the order rows were written in never changes a plan."""
+    if tree and all(isinstance(v, dict) for v in tree.values()):
+        return {k: _sorted_by_key(v) for k, v in sorted(tree.items())}
+    return tree
 
 
 def _read_diurnal(value, yaml_path: Path, catalogue: Path, origins: dict, warnings: list[str]) -> dict:
@@ -681,10 +689,16 @@ def load_raw(path: str | Path | None = None) -> RawScenario:
             raise ScenarioError(f"section '{name}' should be a mapping", Origin(str(yaml_path), getattr(section, "line", None)))
         origins[(name,)] = Origin(str(yaml_path), getattr(section, "line", None), f"section '{name}'")
         data[name] = _plain(section)
+    graph = data["network"].get("graph")
+    if isinstance(graph, str) and graph:
+        # recorded absolute, so that a plan folder's scenario.json replans from anywhere
+        data["network"]["graph"] = str((yaml_path.parent / graph).resolve())
     demand = doc.get("demand") or {}
     for part in ("table", "mix"):
         rows = _read_rows_section(demand.get(part), yaml_path, part)
         if rows is not None:
+            # canonical order, so that the order rows were written in changes neither hash nor plan
+            rows.sort(key=lambda r: json.dumps(_plain({k: v for k, v in r.items() if k != "_origin"}), sort_keys=True, default=str))
             for i, row in enumerate(rows):
                 origins[("demand", part, i)] = row.pop("_origin")
             data["demand"][part] = [_plain(r) for r in rows]

@@ -26,7 +26,7 @@ import math
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pyomo.environ as pyo
 from pyomo.contrib.solver.common.results import SolutionStatus, TerminationCondition
@@ -39,15 +39,19 @@ from optimizer.errors import InfeasibleError, NumericalTroubleError, TimeLimitNo
 from optimizer.instance import Instance, reach
 
 GUARD_MARGIN_S = 5.0
+AUTO_EXACT_BINARIES = 3000
 MAX_ROOM_SOLVES = 4  # extra solves allowed to make room where whole replicas overflowed
 
 
 @dataclass(frozen=True)
 class SolverSettings:
+    """exact: True (integer replicas throughout), False (master + repair), None (exact when
+    the exact model is small — at most AUTO_EXACT_BINARIES pool-size choices)."""
+
     time_limit_s: float = 60.0
     mip_gap: float = 0.005
     threads: int | None = None
-    exact: bool = False
+    exact: bool | None = None
     plan_iterations: int = 3
 
 
@@ -73,6 +77,7 @@ class SolveResult:
     solve_seconds: float
     steps: list[SolveStep] = field(default_factory=list)
     model_size: dict = field(default_factory=dict)
+    exact: bool = False
 
 
 @contextmanager
@@ -183,6 +188,9 @@ def solve(inst: Instance, settings: SolverSettings, progress=None) -> SolveResul
     """Solve ``inst``: exact mode in one MIP; default mode as plan solves plus a bound solve."""
     say = progress or (lambda msg: None)
     largest, guess = pool_sizes(inst)
+    if settings.exact is None:
+        binaries = sum(n for key, n in largest.items() if inst.pools[key[0]].table is not None)
+        settings = replace(settings, exact=binaries <= AUTO_EXACT_BINARIES)
     start = time.perf_counter()
     with gc_paused():
         model, _ = build_model(inst, settings.exact, _coefficients(inst, guess), largest)
@@ -206,6 +214,7 @@ def solve(inst: Instance, settings: SolverSettings, progress=None) -> SolveResul
     result.build_seconds, result.handoff_seconds = build_s, handoff_s
     result.solve_seconds = time.perf_counter() - solve_start
     result.model_size = size
+    result.exact = settings.exact
     return result
 
 
@@ -272,17 +281,35 @@ def _marginal(pool, n: int) -> float:
     return min(step, pool.decode_rps) if pool.role == "colocated" else step
 
 
+def _packing(inst: Instance, sol: Solution) -> dict[tuple[str, str], float]:
+    """Per (site, accelerator): GPU-hours bought over GPU-hours replicas use (≥ 1). A sliver
+    of an accelerator type at a site still buys whole nodes; this is that fixed cost, spread."""
+    weight = {st.id: st.weight_hours for st in inst.states}
+    used: dict = {}
+    for (pid, sid), n in sol.replicas.items():
+        p = inst.pools[pid]
+        used[(p.site, p.gpu)] = used.get((p.site, p.gpu), 0.0) + n * p.gpus * weight[sid]
+    bought: dict = {}
+    for (s, g, _), n in sol.committed.items():
+        bought[(s, g)] = bought.get((s, g), 0.0) + n * 8760.0 * inst.gpus_per_node[g]
+    for (s, g, sid), n in sol.ondemand.items():
+        bought[(s, g)] = bought.get((s, g), 0.0) + n * weight[sid] * inst.gpus_per_node[g]
+    return {key: max(1.0, bought.get(key, 0.0) / u) for key, u in used.items() if u > 0}
+
+
 def _tangent_coefficients(inst: Instance, sol: Solution, current: dict) -> dict:
     """Linearise each pool's (concave) cost at the last plan's load: GPUs per request/s =
-    gpus · peak-to-mean / (capacity of the next replica). Tangents of a concave cost lie above
-    it, so a plan the linearised problem prefers costs no more than the last one (a descent);
-    a pool left empty is priced at its first replica."""
+    gpus · peak-to-mean / (capacity of the next replica) — tangents of a concave cost lie
+    above it, so a plan the linearised problem prefers costs no more (a descent); a pool left
+    empty is priced at its first replica. Each is scaled by its (site, accelerator)'s node
+    packing (`_packing`), so slivers of whole nodes are priced at what they cost."""
+    packing = _packing(inst, sol)
     out = dict(current)
     for key in out:
         pool = inst.pools[key[0]]
-        n = sol.replicas.get(key, 0)
-        step = _marginal(pool, n)
-        out[key] = pool.gpus * inst.peak_to_mean / step if step > 0 else 1e6
+        step = _marginal(pool, sol.replicas.get(key, 0))
+        scale = packing.get((pool.site, pool.gpu), 1.0)
+        out[key] = pool.gpus * inst.peak_to_mean / step * scale if step > 0 else 1e6
     return out
 
 

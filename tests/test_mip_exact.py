@@ -93,14 +93,14 @@ def test_exact_mode_finds_the_brute_force_optimum(tiny, optimum):
 
 
 def test_default_mode_brackets_the_optimum(tiny, optimum):
-    result = solve(tiny, SolverSettings(mip_gap=1e-6, time_limit_s=60))
+    result = solve(tiny, SolverSettings(exact=False, mip_gap=1e-6, time_limit_s=60))
     assert result.best_bound_usd <= optimum * (1 + 1e-9)
     assert optimum <= result.objective_usd * (1 + 1e-9)
     assert result.mip_gap == pytest.approx((result.objective_usd - result.best_bound_usd) / result.objective_usd)
 
 
 def test_plan_pools_are_whole_and_fit_their_nodes(tiny):
-    result = solve(tiny, SolverSettings(time_limit_s=60))
+    result = solve(tiny, SolverSettings(exact=False, time_limit_s=60))
     sol = result.solution
     for (pid, sid), n in sol.replicas.items():
         pool = tiny.pools[pid]

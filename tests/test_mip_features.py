@@ -16,7 +16,7 @@ def test_prefill_and_decode_on_different_accelerators():
     """B200 is the only part fast enough to prefill chat within 300 ms, and its supply is
     capped at three nodes: the plan prefills on B200 and decodes elsewhere — the same
     answer as the exact MIP."""
-    plan = make_plan(DATA / "hetero.yaml")
+    plan = make_plan(DATA / "hetero.yaml", exact=False)
     pools = plan.tables["pools"]
     assert set(pools.loc[pools["role"] == "prefill", "gpu"]) == {"b200"}
     assert "b200" not in set(pools.loc[pools["role"] == "decode", "gpu"])

@@ -1,0 +1,94 @@
+"""The scale ladder: from the reference scenario up to a global one, one row per step.
+
+    python benchmarks/plan_scale.py [--steps reference,100x30,200x40] [--time-limit 300] [--out FILE.md]
+
+Per step: metros, sites, slices, variables, integer variables, rows, nonzeros, build s,
+hand-off s, solve s, wall s, status, gap against the proven bound, plan cost, hand-made
+baseline cost, savings, peak memory (MiB). Prints a Markdown table (and writes it with --out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from synthetic import REFERENCE_SITES, write_case  # noqa: E402
+
+from optimizer.baseline import baseline  # noqa: E402
+from optimizer.instance import build_instance  # noqa: E402
+from optimizer.network import build_graph, rtt_matrix  # noqa: E402
+from optimizer.plan import settings_from  # noqa: E402
+from optimizer.scenario import load_scenario  # noqa: E402
+from optimizer.solve import solve  # noqa: E402
+
+COLUMNS = ["step", "metros", "sites", "slices", "variables", "integers", "rows", "nonzeros", "build_s", "handoff_s",
+           "solve_s", "wall_s", "status", "gap_%", "cost_musd", "baseline_musd", "savings_%", "peak_mib"]
+
+
+def scenario_for(step: str, folder: Path) -> Path | None:
+    if step == "reference":
+        return None
+    metros, sites = (int(x) for x in step.split("x"))
+    na_eu = {"north-america", "europe"} if metros <= 100 else None
+    return write_case(folder / step, metros, sites, continents=na_eu,
+                      site_ids=REFERENCE_SITES if sites <= 10 else None)
+
+
+def run_step(step: str, folder: Path, time_limit: float) -> dict:
+    start = time.perf_counter()
+    s, raw = load_scenario(scenario_for(step, folder))
+    inst = build_instance(s, rtt_matrix(build_graph(s, raw.path.parent), s))
+    result = solve(inst, settings_from(s, time_limit_s=time_limit), progress=lambda m: print("   ", m, file=sys.stderr))
+    base = baseline(inst)
+    size = result.model_size
+    cost = result.objective_usd
+    return {
+        "step": step, "metros": len(s.metros), "sites": len(s.sites), "slices": len(inst.slices),
+        "variables": size["variables"], "integers": size["integers"], "rows": size["rows"], "nonzeros": size["nonzeros"],
+        "build_s": result.build_seconds, "handoff_s": result.handoff_seconds, "solve_s": result.solve_seconds,
+        "wall_s": time.perf_counter() - start, "status": result.status, "gap_%": 100 * result.mip_gap,
+        "cost_musd": cost / 1e6, "baseline_musd": base.total_cost_usd / 1e6 if base else float("nan"),
+        "savings_%": 100 * (1 - cost / base.total_cost_usd) if base else float("nan"),
+        "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def markdown(rows: list[dict]) -> str:
+    def fmt(v):
+        if isinstance(v, float):
+            return f"{v:,.2f}"
+        if isinstance(v, int):
+            return f"{v:,}"
+        return str(v)
+
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(fmt(r[c]) for c in COLUMNS) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", default="reference,100x30,200x40")
+    p.add_argument("--time-limit", type=float, default=300.0)
+    p.add_argument("--out")
+    args = p.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for step in args.steps.split(","):
+            print(f"== {step}", file=sys.stderr)
+            rows.append(run_step(step, Path(tmp), args.time_limit))
+            print(markdown(rows[-1:]), file=sys.stderr)
+    table = markdown(rows)
+    print(table)
+    if args.out:
+        Path(args.out).write_text(table + "\n")
+
+
+if __name__ == "__main__":
+    main()
