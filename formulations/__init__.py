@@ -32,6 +32,29 @@ from formulations.registry import Build, Terms
 MODULES = (prefill, colocated, decode, routing, latency_tiers, procurement, scaling, resilience, capacity, power)
 
 
+def structure(inst) -> tuple:
+    """What a built model's index sets depend on. Two instances with the same structure can
+    share one model: `refresh_model` swaps in the other's coefficients (prices, demand,
+    megawatts, caps); the pools' per-request GPU costs are set by the solve loop."""
+    return (
+        tuple((st.id, st.slice, st.regime, st.lost_site, st.weight_hours, st.penalty_hours) for st in inst.states),
+        tuple(sorted((r, a.metro, a.site, a.workload, a.tier) for r, arcs in inst.arcs.items() for a in arcs)),
+        tuple((p.role, p.regime, p.site, p.workload, p.tier, p.gpu) for p in inst.pools),
+        tuple(sorted(inst.demand)),
+        tuple((key, tuple(sorted(c.committed))) for key, c in sorted(inst.contracts.items())),
+        tuple(sorted(key for key, cap in inst.ondemand_max.items() if cap > 0)),
+        inst.cold_start_hours, inst.warm_fraction, tuple(sorted(inst.node_kw.items())),
+        tuple(sorted(inst.pue.items())), tuple(sorted(inst.gpus_per_node.items())),
+    )
+
+
+def refresh_model(model, inst) -> None:
+    for module in MODULES:
+        hook = getattr(module, "refresh", None)
+        if hook is not None:
+            hook(model, inst)
+
+
 def build_model(inst, exact: bool, gpus_per_rps: dict, max_replicas: dict) -> tuple[pyo.ConcreteModel, Terms]:
     """The MIP for ``inst``. ``gpus_per_rps[(pool, state)]`` seeds the master problem's
     per-pool GPU cost of a request/s (ignored in exact mode); ``max_replicas`` bounds pools."""

@@ -26,3 +26,9 @@ def add_to(build) -> None:
         rule=lambda m, s, g, t: pyo.quicksum(load[(s, g, t)]) + m.gpu_reserve[s, g, t]
         <= inst.gpus_per_node[g] * pyo.quicksum(usable.get((s, g, t), [])),
     )
+
+
+def refresh(model, inst) -> None:
+    """No room reserved yet in a reused model."""
+    for key in model.gpu_reserve:
+        model.gpu_reserve[key] = 0.0

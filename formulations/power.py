@@ -20,6 +20,15 @@ def add_to(build) -> None:
         by_site.setdefault((s, t), []).extend(inst.node_kw[g] * inst.pue[s] * e for e in exprs)
     keys = sorted(k for k, exprs in by_site.items() if exprs)
     model.kw_reserve = pyo.Param(keys, initialize=0.0, mutable=True)
+    model.power_kw = pyo.Param(inst.sites, mutable=True, initialize=inst.power_kw)
     model.power = pyo.Constraint(
-        keys, rule=lambda m, s, t: pyo.quicksum(by_site[(s, t)]) + m.kw_reserve[s, t] <= inst.power_kw[s],
+        keys, rule=lambda m, s, t: pyo.quicksum(by_site[(s, t)]) + m.kw_reserve[s, t] <= m.power_kw[s],
     )
+
+
+def refresh(model, inst) -> None:
+    """New megawatts for a model of the same structure; no room reserved yet."""
+    for s in inst.sites:
+        model.power_kw[s] = inst.power_kw[s]
+    for key in model.kw_reserve:
+        model.kw_reserve[key] = 0.0

@@ -37,10 +37,17 @@ def add_to(build) -> None:
     terms_of: dict = {}
     for s, g, term in committed_index:
         terms_of.setdefault((s, g), []).append(term)
+    model.committed_max = pyo.Param(sorted(terms_of), mutable=True, initialize=lambda m, s, g: inst.committed_max[(s, g)])
     model.committed_cap = pyo.Constraint(
         sorted(terms_of),
-        rule=lambda m, s, g: pyo.quicksum(m.committed[s, g, term] for term in terms_of[(s, g)]) <= inst.committed_max[(s, g)],
+        rule=lambda m, s, g: pyo.quicksum(m.committed[s, g, term] for term in terms_of[(s, g)]) <= m.committed_max[s, g],
     )
+    model.committed_usd_per_node_hour = pyo.Param(
+        committed_index, mutable=True, initialize=lambda m, s, g, term: inst.contracts[(s, g)].committed[term])
+    model.owned_energy_usd_per_node_hour = pyo.Param(
+        inst.site_gpus, mutable=True, initialize=lambda m, s, g: inst.contracts[(s, g)].owned_energy)
+    model.ondemand_usd_per_node_hour = pyo.Param(
+        inst.site_gpus, mutable=True, initialize=lambda m, s, g: inst.contracts[(s, g)].ondemand)
     has_ondemand = set(ondemand_index)
     for st in inst.states:
         for s, g in inst.site_gpus:
@@ -54,10 +61,23 @@ def add_to(build) -> None:
             terms.nodes_usable[(s, g, st.id)].extend(usable)
             terms.nodes_powered[(s, g, st.id)].extend(powered)
     for s, g, term in committed_index:
-        rate = inst.contracts[(s, g)].committed[term]
+        rate = model.committed_usd_per_node_hour[s, g, term]
         terms.add_cost("owned" if term == "owned" else "reserved", HOURS_PER_YEAR * rate * model.committed[s, g, term])
         if term == "owned":
-            terms.add_cost("owned_energy", HOURS_PER_YEAR * inst.contracts[(s, g)].owned_energy * model.committed[s, g, term])
+            terms.add_cost("owned_energy", HOURS_PER_YEAR * model.owned_energy_usd_per_node_hour[s, g] * model.committed[s, g, term])
     weight = {st.id: st.weight_hours for st in inst.states}
     terms.add_cost("ondemand", pyo.quicksum(
-        weight[t] * inst.contracts[(s, g)].ondemand * model.ondemand[s, g, t] for s, g, t in ondemand_index if weight[t] > 0))
+        weight[t] * model.ondemand_usd_per_node_hour[s, g] * model.ondemand[s, g, t] for s, g, t in ondemand_index if weight[t] > 0))
+
+
+def refresh(model, inst) -> None:
+    """New prices and supply caps for a model of the same structure."""
+    for (s, g, term) in model.committed_usd_per_node_hour:
+        model.committed_usd_per_node_hour[s, g, term] = inst.contracts[(s, g)].committed[term]
+    for (s, g) in inst.site_gpus:
+        model.owned_energy_usd_per_node_hour[s, g] = inst.contracts[(s, g)].owned_energy
+        model.ondemand_usd_per_node_hour[s, g] = inst.contracts[(s, g)].ondemand
+    for (s, g) in model.committed_max:
+        model.committed_max[s, g] = inst.committed_max[(s, g)]
+    for (s, g, t) in model.ondemand:
+        model.ondemand[s, g, t].setub(inst.ondemand_max[(s, g)])

@@ -33,10 +33,13 @@ def add_to(build) -> None:
     model.route = pyo.Var(arc_index, domain=pyo.NonNegativeReals)
     model.unserved = pyo.Var(demand_index, domain=pyo.NonNegativeReals)
     state = {st.id: st for st in inst.states}
+    model.demand_rps = pyo.Param(demand_index, mutable=True, initialize=lambda m, metro, k, sid: inst.demand[(metro, k, state[sid].slice)])
+    model.penalty_usd_per_request = pyo.Param(inst.workloads, mutable=True, initialize=inst.penalty_usd_per_request)
+    model.egress_usd_per_request = pyo.Param(inst.workloads, mutable=True, initialize=inst.egress_usd_per_request)
 
     def balance(m, metro, k, sid):
         routed = pyo.quicksum(model.route[arc_index[i]] for i in arcs_of.get((metro, k, sid), []))
-        return routed + model.unserved[metro, k, sid] == inst.demand[(metro, k, state[sid].slice)]
+        return routed + model.unserved[metro, k, sid] == m.demand_rps[metro, k, sid]
 
     model.demand_balance = pyo.Constraint(demand_index, rule=balance)
     regime = {st.id: st.regime for st in inst.states}
@@ -44,8 +47,18 @@ def add_to(build) -> None:
         metro, site, k, tier, sid = key
         terms.tier_inflow[(regime[sid], site, k, tier, sid)].append(model.route[key])
     terms.add_cost("unserved", pyo.quicksum(
-        3600.0 * state[sid].penalty_hours * inst.penalty_usd_per_request[k] * model.unserved[m, k, sid]
+        3600.0 * state[sid].penalty_hours * model.penalty_usd_per_request[k] * model.unserved[m, k, sid]
         for m, k, sid in demand_index))
     terms.add_cost("egress", pyo.quicksum(
-        3600.0 * state[key[4]].weight_hours * inst.egress_usd_per_request[key[2]] * model.route[key]
+        3600.0 * state[key[4]].weight_hours * model.egress_usd_per_request[key[2]] * model.route[key]
         for key in arc_index if state[key[4]].weight_hours > 0))
+
+
+def refresh(model, inst) -> None:
+    """New demand and per-request prices for a model of the same structure."""
+    state = {st.id: st for st in inst.states}
+    for (metro, k, sid) in model.demand_rps:
+        model.demand_rps[metro, k, sid] = inst.demand[(metro, k, state[sid].slice)]
+    for k in inst.workloads:
+        model.penalty_usd_per_request[k] = inst.penalty_usd_per_request[k]
+        model.egress_usd_per_request[k] = inst.egress_usd_per_request[k]

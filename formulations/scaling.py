@@ -33,4 +33,4 @@ def add_to(build) -> None:
     )
     weight = {st.id: st.weight_hours for st in inst.states}
     terms.add_cost("ramp", pyo.quicksum(
-        weight[t] * inst.cold_start_hours * inst.contracts[(s, g)].ondemand * model.ramp[s, g, t] for s, g, t in index))
+        weight[t] * inst.cold_start_hours * model.ondemand_usd_per_node_hour[s, g] * model.ramp[s, g, t] for s, g, t in index))

@@ -108,9 +108,11 @@ def _plot_curves(out, model, gpu, serving, args) -> None:
 
 
 def cmd_validate(args) -> int:
+    from optimizer.checks import preflight
     from optimizer.scenario import load_scenario
 
     s, raw = load_scenario(args.scenario)
+    preflight(s, raw)
     for w in raw.warnings:
         print(f"warning: {w}", file=sys.stderr)
     print(f"{raw.path}: valid — {len(s.metros)} metros, {len(s.sites)} sites, {len(s.accelerators)} accelerators, "
@@ -199,7 +201,7 @@ def cmd_plan(args) -> int:
     else:
         plan = make_plan(args.scenario, args.set or [], time_limit_s=args.time_limit, mip_gap=args.mip_gap,
                          threads=args.threads, exact=args.exact, allow_unserved=args.allow_unserved, progress=progress)
-    out = write_plan(plan, args.out)
+    out = write_plan(plan, args.out, report=not args.no_report)
     sm = plan.summary
     if args.json:
         _print_json({k: v for k, v in sm.items() if k != "steps"})
@@ -232,6 +234,48 @@ def _plan_text(sm: dict, out) -> str:
         lines.append("  WARNING: " + "; ".join(sm["repair_violations"][:5]))
     lines.append(f"  solved in {sm['solve_seconds']:.1f} s (build {sm['build_seconds']:.1f} s, hand-off {sm['handoff_seconds']:.1f} s)")
     return "\n".join(lines)
+
+
+def cmd_sweep(args) -> int:
+    from optimizer.sweep import parse_vary, sweep
+
+    vary = parse_vary(args.vary or [])
+    if not vary:
+        raise ScenarioError("give at least one --vary KEY=V1,V2,…", field="--vary")
+    table = sweep(args.scenario, vary, "one-at-a-time" if args.one_at_a_time else "grid", executor=args.executor,
+                  workers=args.workers, scheduler=args.scheduler, out=args.out, reuse=args.reuse,
+                  time_limit_s=args.time_limit, mip_gap=args.mip_gap, progress=not args.quiet)
+    cols = ["run_id", *vary, "status", "total_cost_usd", "cost_per_million_tokens_usd", "mip_gap", "wall_seconds"]
+    shown = table[[c for c in cols if c in table]]
+    print(shown.to_string(index=False, float_format=lambda x: f"{x:,.4g}"))
+    print(f"{len(table)} runs → {Path(args.out) / 'sweep.csv'} and sweep.parquet"
+          + (f", tornado chart {Path(args.out) / 'tornado.png'}" if args.one_at_a_time else ""))
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from optimizer.compare import compare, comparison_text, write_comparison
+
+    if len(args.plans) < 2:
+        raise ScenarioError("give at least two plan folders to compare")
+    for d in args.plans:
+        if not (Path(d) / "summary.json").exists():
+            raise ScenarioError("not a plan folder (no summary.json)", field=d)
+    cmp = compare(args.plans)
+    print(comparison_text(cmp))
+    if args.out:
+        write_comparison(cmp, args.out)
+        print(f"written: {Path(args.out) / 'compare.csv'}, routing_changes.csv, compare.png")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from optimizer.report import write_report
+
+    if not (Path(args.plan_dir) / "summary.json").exists():
+        raise ScenarioError("not a plan folder (no summary.json)", field=args.plan_dir)
+    print(f"written: {write_report(args.plan_dir)}")
+    return 0
 
 
 def cmd_scenarios(args) -> int:
@@ -300,9 +344,37 @@ def build_parser() -> argparse.ArgumentParser:
                       help="continuous master + whole-plan repair (default for large scenarios)")
     pl.add_argument("--allow-unserved", action="store_true", help="write the plan even if some demand is unserved")
     pl.add_argument("--from-plan", metavar="DIR", help="plan again exactly what a plan folder records")
+    pl.add_argument("--no-report", action="store_true", help="do not write report.html")
     pl.add_argument("--json", action="store_true")
     pl.add_argument("--quiet", action="store_true", help="no progress lines")
     pl.set_defaults(func=cmd_plan)
+
+    sw = sub.add_parser("sweep", help="plan a scenario over ranges of its inputs")
+    sw.add_argument("scenario", nargs="?")
+    sw.add_argument("--vary", action="append", metavar="KEY=V1,V2,…",
+                    help="dotted scenario path and values: a list, start:stop:step, or multipliers ×0.5,×1,×1.5")
+    how = sw.add_mutually_exclusive_group()
+    how.add_argument("--grid", action="store_true", help="every combination (default)")
+    how.add_argument("--one-at-a-time", action="store_true", help="one key at a time, with a tornado chart")
+    sw.add_argument("--executor", choices=["local", "dask"], default="local")
+    sw.add_argument("--workers", type=int, default=2)
+    sw.add_argument("--scheduler", help="address of a running Dask scheduler (default: a local cluster)")
+    sw.add_argument("--out", default="sweep", help="output folder (default ./sweep); re-running skips finished runs")
+    sw.add_argument("--reuse", action="store_true",
+                    help="refresh a built model between runs of the same structure (faster; equal within the gap)")
+    sw.add_argument("--time-limit", type=float)
+    sw.add_argument("--mip-gap", type=float)
+    sw.add_argument("--quiet", action="store_true")
+    sw.set_defaults(func=cmd_sweep)
+
+    cp = sub.add_parser("compare", help="plan folders side by side")
+    cp.add_argument("plans", nargs="+")
+    cp.add_argument("--out", help="folder for compare.csv, routing_changes.csv and compare.png")
+    cp.set_defaults(func=cmd_compare)
+
+    rp = sub.add_parser("report", help="write report.html for a plan folder")
+    rp.add_argument("plan_dir")
+    rp.set_defaults(func=cmd_report)
 
     sc = sub.add_parser("scenarios", help="list the shipped example scenarios")
     sc.set_defaults(func=cmd_scenarios)

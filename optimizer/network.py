@@ -188,8 +188,9 @@ def write_edge_csv(g: nx.Graph, path: Path) -> None:
             writer.writerow([u, v, f"{attrs['one_way_ms']:.6f}"])
 
 
-def plot_map(g: nx.Graph, s: Scenario, path: Path, flows: pd.DataFrame | None = None) -> None:
-    """Metros, sites and (optionally) routing flows (metro, site, weight) on a lon/lat plane."""
+def plot_map(g: nx.Graph, s: Scenario, path, flows: pd.DataFrame | None = None) -> None:
+    """Metros, sites and (optionally) routing flows (metro, site, weight) on a lon/lat plane,
+    saved as PNG to ``path`` (a file path or a binary buffer)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -221,5 +222,5 @@ def plot_map(g: nx.Graph, s: Scenario, path: Path, flows: pd.DataFrame | None = 
     ax.legend(loc="lower left", fontsize=8)
     ax.set_title(f"{s.name}: metros, sites" + (" and routing" if flows is not None else " and latency backbone"))
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png", metadata={"Software": None})
     plt.close(fig)

@@ -30,10 +30,11 @@ import numpy as np
 import pandas as pd
 
 from optimizer.baseline import baseline
+from optimizer.checks import preflight
 from optimizer.costing import procurement_table, unserved_penalty_usd
 from optimizer.curves.economics import cost_per_million_tokens_usd
 from optimizer.curves.queueing import wait_quantile_s
-from optimizer.errors import InfeasibleError
+from optimizer.errors import InfeasibleError, TimeLimitNoPlanError
 from optimizer.instance import Instance, build_instance
 from optimizer.network import build_graph, rtt_matrix
 from optimizer.scenario import RawScenario, Scenario, load_scenario
@@ -79,16 +80,23 @@ def make_plan(path=None, overrides=(), *, time_limit_s=None, mip_gap=None, threa
                          allow_unserved=allow_unserved, progress=progress)
 
 
-def plan_scenario(s: Scenario, raw: RawScenario, settings: SolverSettings, *, allow_unserved=False, progress=None) -> Plan:
+def plan_scenario(s: Scenario, raw: RawScenario, settings: SolverSettings, *, allow_unserved=False, progress=None,
+                  cache=None) -> Plan:
     say = progress or (lambda msg: None)
+    preflight(s, raw)
     rtt = rtt_matrix(build_graph(s, raw.path.parent), s)
     inst = build_instance(s, rtt)
     say(f"instance: {len(inst.metros)} metros, {len(inst.sites)} sites, {len(inst.states)} states, "
         f"{len(inst.pools)} pools, {sum(len(a) for a in inst.arcs.values())} routing arcs")
-    result = solve(inst, settings, progress)
+    result = solve(inst, settings, progress, cache)
     tables = plan_tables(s, inst, result)
     summary = plan_summary(s, raw, inst, result, tables, settings)
     if summary["unserved_fraction"] > UNSERVED_TOLERANCE and not allow_unserved:
+        if result.status == "time_limit":
+            raise TimeLimitNoPlanError(
+                f"the time limit ran out before a plan serving all demand was found (the best so far leaves "
+                f"{100 * summary['unserved_fraction']:.2f} % unserved); raise --time-limit, or use the default "
+                "mode for large scenarios (--master)")
         from optimizer.diagnosis import diagnose
 
         raise InfeasibleError(diagnose(s, inst, result.solution, rtt))
@@ -345,9 +353,10 @@ def _attainment(slo: pd.DataFrame, routing: pd.DataFrame, what: str) -> float:
 # ---------------------------------------------------------------------------- folder
 
 
-def write_plan(plan: Plan, out_dir: str | Path) -> Path:
+def write_plan(plan: Plan, out_dir: str | Path, report: bool = True) -> Path:
     """Write the plan folder atomically: everything goes to a temporary sibling folder, which
-    then replaces ``out_dir`` in one rename; an interrupted write leaves nothing behind."""
+    then replaces ``out_dir`` in one rename; an interrupted write leaves nothing behind.
+    ``report`` also writes report.html (`optimizer.report`)."""
     out = Path(out_dir).resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -357,6 +366,10 @@ def write_plan(plan: Plan, out_dir: str | Path) -> Path:
         for name in TABLES:
             plan.tables[name].to_csv(tmp / f"{name}.csv", index=False, float_format="%.12g")
         _write_xlsx(plan, tmp / "plan.xlsx")
+        if report:
+            from optimizer.report import write_report
+
+            write_report(tmp)
         _replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

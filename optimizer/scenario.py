@@ -22,6 +22,7 @@ import copy
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -47,6 +48,13 @@ def _fraction_check(value: float, name: str) -> float:
         raise ValueError(f"expected a fraction between 0 and 1; {value} looks like a percentage — write {value / 100:g}")
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"expected a fraction between 0 and 1, got {value}")
+    return value
+
+
+def _fraction_before(value):
+    """A 'before' validator: the percentage hint of `_fraction_check` ahead of the range check."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return _fraction_check(float(value), "")
     return value
 
 
@@ -230,6 +238,8 @@ class DayType(_Strict):
     share: float = Field(gt=0, le=1, description="share of the period's days of this type")
     demand_multiplier: float = Field(1.0, ge=0)
 
+    _share = field_validator("share", mode="before")(_fraction_before)
+
 
 def _quarters() -> list[Period]:
     return [Period(id="Q1", days=90), Period(id="Q2", days=91), Period(id="Q3", days=92), Period(id="Q4", days=92)]
@@ -306,6 +316,13 @@ class Demand(_Strict):
     mix: list[MixRow] = Field(default_factory=list, description="per (metro, workload) multipliers")
     table: list[DemandRow] | None = Field(None, description="demand given directly (replaces the model above)")
 
+    @field_validator("growth_per_period", mode="before")
+    @classmethod
+    def _growth(cls, v):
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and 5 < v <= 100:
+            raise ValueError(f"expected a fraction per period; {v} looks like a percentage — write {v / 100:g} for {v:g} %")
+        return v
+
 
 class NetworkSpec(_Strict):
     """Default graph: every metro and site joined by an edge of one-way latency
@@ -329,6 +346,8 @@ class Speculative(_Strict):
     draft_tokens: int = Field(3, ge=1, le=16)
     acceptance_rate: float = Field(0.7, ge=0, le=1)
     draft_cost_ratio: float = Field(0.1, gt=0, lt=1, description="draft step time / target step time")
+
+    _fractions = field_validator("acceptance_rate", "draft_cost_ratio", mode="before")(_fraction_before)
 
 
 class Serving(_Strict):
@@ -418,9 +437,7 @@ class Policy(_Strict):
     mip_gap: float = Field(0.005, gt=0, lt=1)
     threads: int | None = Field(None, ge=1)
 
-    _warm = field_validator("warm_pool_fraction", mode="before")(
-        lambda v: _fraction_check(float(v), "") if isinstance(v, (int, float)) else v
-    )
+    _warm = field_validator("warm_pool_fraction", "mip_gap", mode="before")(_fraction_before)
 
 
 class Scenario(_Strict):
@@ -507,17 +524,32 @@ def _read_table_csv(spec: TableSpec, path: Path, warnings: list[str]) -> list[Ro
     required, optional = _fields(spec.model)
     table = read_csv(path, required, optional)
     warnings.extend(table.warnings)
+    defaulted = {n for n in optional if spec.model.model_fields[n].default is not None}
     for row in table.rows:
+        # an empty cell of a field with a default takes the default (price_multiplier 1, …)
+        row.values = {k: v for k, v in row.values.items() if v is not None or k not in defaulted}
         row.origin = Origin(row.origin.file, row.origin.line, spec.label(row.values))
     return table.rows
 
 
-def _inline_rows(spec: TableSpec, items, yaml_path: Path, where: str) -> list[Row]:
+def _is_id(value) -> bool:
+    return isinstance(value, (str, int)) and not isinstance(value, bool)
+
+
+def _line(value, default=None):
+    return getattr(value, "line", None) or default
+
+
+def _inline_rows(spec: TableSpec, items, yaml_path: Path, where: str, line: int | None = None) -> list[Row]:
+    if not isinstance(items, list):
+        raise ScenarioError(f"{where} should be a list of rows (mappings of fields), got {items!r}",
+                            Origin(str(yaml_path), _line(items, line)), field=where)
     rows = []
     for i, item in enumerate(items):
         line = getattr(item, "line", None) or getattr(items, "line", None)
         if not isinstance(item, dict):
-            raise ScenarioError(f"{where}: row {i + 1} should be a mapping of fields", Origin(str(yaml_path), line))
+            raise ScenarioError(f"{where}: row {i + 1} should be a mapping of fields, got {item!r}",
+                                Origin(str(yaml_path), line))
         rows.append(Row(dict(item), Origin(str(yaml_path), line, spec.label(item))))
     return rows
 
@@ -531,8 +563,14 @@ def _resolve_table(spec: TableSpec, value, yaml_path: Path, catalogue: Path, war
     if isinstance(value, str):
         return _read_table_csv(spec, base_dir / value, warnings)
     if isinstance(value, list):
-        if all(isinstance(v, str) for v in value):
-            value = {"ids": value}
+        if all(_is_id(v) for v in value):
+            value = LineDict(ids=value)
+            value.line = _line(value["ids"])
+        elif any(_is_id(v) for v in value) or not any(isinstance(v, dict) for v in value):
+            i, bad = next((i, v) for i, v in enumerate(value) if not _is_id(v))
+            raise ScenarioError(
+                f"'{spec.name}' should be a list of ids (names) or a list of rows (mappings of fields); "
+                f"item {i + 1} is {bad!r}", Origin(str(yaml_path), _line(value)), field=spec.name)
         else:
             return _inline_rows(spec, value, yaml_path, spec.name)
     if not isinstance(value, dict):
@@ -547,8 +585,17 @@ def _resolve_table(spec: TableSpec, value, yaml_path: Path, catalogue: Path, war
                 f"unknown key '{k}' in table '{spec.name}' (expected {', '.join(sorted(allowed))})",
                 Origin(str(yaml_path), getattr(value, "line", None)),
             )
+    for k, kinds, expected in (("csv", str, "a CSV path"), ("ids", list, "a list of ids"),
+                               ("patch", dict, "a mapping id → {field: value}"), ("provider", str, "a provider name")):
+        if k in value and not isinstance(value[k], kinds):
+            raise ScenarioError(f"expected {expected}, got {value[k]!r}", Origin(str(yaml_path), _line(value)),
+                                field=f"{spec.name}.{k}")
     rows = _read_table_csv(spec, base_dir / value["csv"] if "csv" in value else catalogue_file, warnings)
     if "ids" in value:
+        for i in value["ids"]:
+            if not _is_id(i):
+                raise ScenarioError(f"expected a list of ids, found {i!r}", Origin(str(yaml_path), _line(value["ids"], value.line)),
+                                    field=f"{spec.name}.ids")
         wanted = [str(i) for i in value["ids"]]
         present = {r.values.get(spec.key[0]) for r in rows}
         for i in wanted:
@@ -560,7 +607,7 @@ def _resolve_table(spec: TableSpec, value, yaml_path: Path, catalogue: Path, war
                 )
         rows = [r for r in rows if r.values.get(spec.key[0]) in set(wanted)]
     if "rows" in value:
-        extra = _inline_rows(spec, value["rows"], yaml_path, f"{spec.name}.rows")
+        extra = _inline_rows(spec, value["rows"], yaml_path, f"{spec.name}.rows", _line(value))
         keys = {tuple(r.values.get(k) for k in spec.key) for r in extra}
         rows = [r for r in rows if tuple(r.values.get(k) for k in spec.key) not in keys] + extra
     if "patch" in value:
@@ -574,6 +621,9 @@ def _patch_rows(spec: TableSpec, rows: list[Row], patch, yaml_path: Path, provid
     else:
         by_key = {r.values.get(spec.key[0]): r for r in rows}
     for key, fields in patch.items():
+        if not isinstance(fields, dict):
+            raise ScenarioError(f"the patch of '{key}' should be a mapping of fields to new values, got {fields!r}",
+                                Origin(str(yaml_path), _line(patch)), field=f"{spec.name}.patch")
         if key not in by_key:
             raise ScenarioError(
                 unknown_id_message(spec.name.rstrip("s"), key, by_key),
@@ -621,8 +671,14 @@ def _read_diurnal(value, yaml_path: Path, catalogue: Path, origins: dict, warnin
     """Diurnal profiles: CSV (profile, hour, multiplier) or a mapping profile → 24 values."""
     if isinstance(value, dict):
         for name, values in value.items():
-            origins[("diurnal", name)] = Origin(str(yaml_path), getattr(values, "line", None), f"profile '{name}'")
-        return {k: list(v) for k, v in value.items()}
+            origin = Origin(str(yaml_path), _line(values, value.line), f"profile '{name}'")
+            if not isinstance(values, list):
+                raise ScenarioError(f"expected a list of 24 hourly multipliers, got {values!r}", origin)
+            origins[("diurnal", str(name))] = origin
+        return {str(k): list(v) for k, v in value.items()}
+    if value is not None and not isinstance(value, str):
+        raise ScenarioError("'diurnal' should be a CSV path (profile, hour, multiplier) or a mapping profile → "
+                            f"24 multipliers, got {value!r}", Origin(str(yaml_path), _line(value)), field="diurnal")
     path = catalogue / DIURNAL_FILE if value is None else yaml_path.parent / value
     table = read_csv(path, ["profile", "hour", "multiplier"], ["source", "as_of", "assumed_fields"])
     warnings.extend(table.warnings)
@@ -637,11 +693,14 @@ def _read_diurnal(value, yaml_path: Path, catalogue: Path, origins: dict, warnin
             raise ScenarioError("expected an integer hour 0–23 and a number multiplier", row.origin) from None
         if not 0 <= hour <= 23 or not math.isfinite(mult) or mult < 0:
             raise ScenarioError(f"expected hour 0–23 and multiplier ≥ 0, got {hour}, {mult}", row.origin)
+        if profiles.get(name, [None] * 24)[hour] is not None:
+            raise ScenarioError(f"profile '{name}' gives hour {hour} twice; expected one row per hour",
+                                row.origin, field="hour")
         profiles.setdefault(name, [None] * 24)[hour] = mult
     return profiles
 
 
-def _read_rows_section(value, yaml_path: Path, name: str) -> list | None:
+def _read_rows_section(value, yaml_path: Path, name: str, warnings: list[str], line: int | None = None) -> list | None:
     """demand.table / demand.mix given as a CSV path or inline rows → list of dicts."""
     if value is None:
         return None
@@ -649,11 +708,17 @@ def _read_rows_section(value, yaml_path: Path, name: str) -> list | None:
         model = DemandRow if name == "table" else MixRow
         required, optional = _fields(model)
         table = read_csv(yaml_path.parent / value, required, optional)
+        warnings.extend(table.warnings)
         return [dict(r.values, _origin=r.origin) for r in table.rows]
     if isinstance(value, list):
+        for i, v in enumerate(value):
+            if not isinstance(v, dict):
+                raise ScenarioError(f"demand.{name}: row {i + 1} should be a mapping of fields, got {v!r}",
+                                    Origin(str(yaml_path), _line(value, line)), field=f"demand.{name}")
         return [dict(v, _origin=Origin(str(yaml_path), getattr(v, "line", None), f"demand.{name} row {i + 1}"))
                 for i, v in enumerate(value)]
-    raise ScenarioError(f"demand.{name} should be a CSV path or a list of rows", Origin(str(yaml_path), getattr(value, "line", None)))
+    raise ScenarioError(f"demand.{name} should be a CSV path or a list of rows, got {value!r}",
+                        Origin(str(yaml_path), _line(value, line)), field=f"demand.{name}")
 
 
 def load_raw(path: str | Path | None = None) -> RawScenario:
@@ -665,7 +730,12 @@ def load_raw(path: str | Path | None = None) -> RawScenario:
             raise ScenarioError(
                 unknown_id_message("scenario section", key, TOP_LEVEL), Origin(str(yaml_path), doc.line)
             )
-    catalogue = (yaml_path.parent / doc["catalogue"]) if doc.get("catalogue") else DATA_DIR
+    catalogue = DATA_DIR
+    if doc.get("catalogue"):
+        catalogue = yaml_path.parent / str(doc["catalogue"])
+        if not isinstance(doc["catalogue"], str) or not catalogue.is_dir():
+            raise ScenarioError(f"expected a folder of catalogue CSVs (accelerators.csv, …) relative to the scenario; "
+                                f"{catalogue} is not one", Origin(str(yaml_path), doc.line), field="catalogue")
     warnings: list[str] = []
     origins: dict[tuple, Origin] = {}
     data: dict = {"name": str(doc.get("name") or yaml_path.stem), "description": str(doc.get("description") or "")}
@@ -674,6 +744,7 @@ def load_raw(path: str | Path | None = None) -> RawScenario:
         rows = _resolve_table(spec, doc.get(name), yaml_path, catalogue, warnings)
         if name == "prices":
             provider = (doc.get("prices") or {}).get("provider", "reference") if isinstance(doc.get("prices"), dict) else "reference"
+            provider = str(provider)
             providers = {r.values.get("provider") for r in rows}
             if provider not in providers:
                 raise ScenarioError(unknown_id_message("price provider", provider, providers),
@@ -686,7 +757,8 @@ def load_raw(path: str | Path | None = None) -> RawScenario:
     for name in SECTIONS:
         section = doc.get(name) or LineDict()
         if not isinstance(section, dict):
-            raise ScenarioError(f"section '{name}' should be a mapping", Origin(str(yaml_path), getattr(section, "line", None)))
+            raise ScenarioError(f"section '{name}' should be a mapping of fields, got {section!r}",
+                                Origin(str(yaml_path), getattr(section, "line", None) or doc.line), field=name)
         origins[(name,)] = Origin(str(yaml_path), getattr(section, "line", None), f"section '{name}'")
         data[name] = _plain(section)
     graph = data["network"].get("graph")
@@ -695,7 +767,7 @@ def load_raw(path: str | Path | None = None) -> RawScenario:
         data["network"]["graph"] = str((yaml_path.parent / graph).resolve())
     demand = doc.get("demand") or {}
     for part in ("table", "mix"):
-        rows = _read_rows_section(demand.get(part), yaml_path, part)
+        rows = _read_rows_section(demand.get(part), yaml_path, part, warnings, getattr(demand, "line", None))
         if rows is not None:
             # canonical order, so that the order rows were written in changes neither hash nor plan
             rows.sort(key=lambda r: json.dumps(_plain({k: v for k, v in r.items() if k != "_origin"}), sort_keys=True, default=str))
@@ -814,8 +886,22 @@ def _explain(err: dict) -> str:
     elif msg.startswith("Extra inputs are not permitted"):
         msg = "not a known field"
     if "input" in err and not isinstance(err["input"], (dict, list)) and msg != "missing (this field is required)":
-        msg += f"; got {err['input']!r}"
+        got = repr(err["input"])
+        got = got if len(got) <= 80 else got[:77] + "…"
+        msg += "; got nothing (an empty cell or null)" if err["input"] is None else f"; got {got}"
     return msg
+
+
+def _field_of(err: dict, model: type[BaseModel]) -> str | None:
+    """The field an error is about: its location, or — for a check across fields (a model
+    validator, whose location is empty) — the first field its message names."""
+    loc = ".".join(str(p) for p in err["loc"])
+    if loc:
+        return loc
+    for word in re.findall(r"[A-Za-z_][A-Za-z_0-9]*", err["msg"]):
+        if word in model.model_fields:
+            return word
+    return None
 
 
 def _validate_row(model: type[BaseModel], values: dict, origin: Origin):
@@ -823,7 +909,7 @@ def _validate_row(model: type[BaseModel], values: dict, origin: Origin):
         return model.model_validate(values)
     except ValidationError as exc:
         err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"]) or None
+        loc = _field_of(err, model)
         if err["msg"].startswith("Extra inputs"):
             msg = unknown_id_message("field", err["loc"][-1], model.model_fields)
             raise ScenarioError(msg, origin, field=loc) from None
@@ -871,7 +957,11 @@ def _validate_diurnal(profiles: dict, raw: RawScenario) -> dict[str, list[float]
             missing = [h for h, v in enumerate(values) if v is None] if len(values) == 24 else None
             detail = f"hours {missing} are missing" if missing else f"found {len(values)} values"
             raise ScenarioError(f"a diurnal profile needs one multiplier per hour 0–23; {detail}", origin)
-        values = [float(v) for v in values]
+        try:
+            values = [float(v) for v in values]
+        except (TypeError, ValueError):
+            bad = next(h for h, v in enumerate(values) if not _is_number(str(v)) or isinstance(v, (list, dict)))
+            raise ScenarioError(f"expected a number for hour {bad}, got {values[bad]!r}", origin) from None
         if any(not math.isfinite(v) or v < 0 for v in values) or max(values) <= 0:
             raise ScenarioError("diurnal multipliers must be finite, ≥ 0 and not all zero", origin)
         top = max(values)

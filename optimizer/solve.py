@@ -32,7 +32,7 @@ import pyomo.environ as pyo
 from pyomo.contrib.solver.common.results import SolutionStatus, TerminationCondition
 from pyomo.contrib.solver.solvers.highs import Highs
 
-from formulations import build_model
+from formulations import build_model, refresh_model, structure
 from optimizer.costing import Solution, procurement_table, repair, unserved_penalty_usd
 from optimizer.curves.queueing import servers_needed
 from optimizer.errors import InfeasibleError, NumericalTroubleError, TimeLimitNoPlanError
@@ -40,6 +40,7 @@ from optimizer.instance import Instance, reach
 
 GUARD_MARGIN_S = 5.0
 AUTO_EXACT_BINARIES = 3000
+
 MAX_ROOM_SOLVES = 4  # extra solves allowed to make room where whole replicas overflowed
 
 
@@ -159,7 +160,8 @@ class _Guard:
 
 
 def _run(solver: Highs, model, seconds: float, gap: float, threads: int | None):
-    solver.config.time_limit = max(seconds, 1.0)
+    # HiGHS measures its time limit against the instance's accumulated run time
+    solver.config.time_limit = solver._solver_model.getRunTime() + max(seconds, 1.0)
     solver.config.rel_gap = gap
     solver.config.threads = threads
     with _Guard(solver, max(seconds, 1.0)):
@@ -184,26 +186,58 @@ def plan_cost(inst: Instance, sol: Solution) -> float:
     return float(procurement_table(inst, sol)["cost_usd"].sum()) + unserved_penalty_usd(inst, sol)
 
 
-def solve(inst: Instance, settings: SolverSettings, progress=None) -> SolveResult:
-    """Solve ``inst``: exact mode in one MIP; default mode as plan solves plus a bound solve."""
+class ModelCache:
+    """Keeps the last master model and its persistent HiGHS instance. A sweep whose next run
+    has the same structure (`formulations.structure`) — only prices, demand, megawatts or
+    caps changed — refreshes their coefficients instead of rebuilding, and HiGHS starts
+    from its last basis."""
+
+    def __init__(self):
+        self.signature = None
+        self.model = None
+        self.solver = None
+        self.size: dict = {}
+        self.reuses = 0
+
+    def prepare(self, inst: Instance, exact: bool, coefficients: dict, largest: dict) -> tuple[float, float]:
+        """Ready a model for ``inst``; returns (build s, hand-off s) — zero build on reuse."""
+        start = time.perf_counter()
+        signature = None if exact else structure(inst)
+        with gc_paused():
+            if signature is not None and signature == self.signature:
+                refresh_model(self.model, inst)
+                _set_coefficients(self.model, coefficients)
+                # forget the last run's basis: a run's result must not depend on the one before
+                self.solver._solver_model.clearSolver()
+                self.reuses += 1
+                return 0.0, time.perf_counter() - start
+            self.model, _ = build_model(inst, exact, coefficients, largest)
+            build_s = time.perf_counter() - start
+            self.solver = Highs()
+            self.solver.config.load_solutions = False
+            self.solver.config.raise_exception_on_nonoptimal_result = False
+            t = time.perf_counter()
+            self.solver.set_instance(self.model)
+            handoff_s = time.perf_counter() - t
+        self.signature = signature
+        self.size = _model_size(self.solver)
+        return build_s, handoff_s
+
+
+def solve(inst: Instance, settings: SolverSettings, progress=None, cache: ModelCache | None = None) -> SolveResult:
+    """Solve ``inst``: exact mode in one MIP; default mode as plan solves plus a bound solve.
+    Pass a `ModelCache` to reuse a model across runs of the same structure (sweeps)."""
     say = progress or (lambda msg: None)
     largest, guess = pool_sizes(inst)
     if settings.exact is None:
         binaries = sum(n for key, n in largest.items() if inst.pools[key[0]].table is not None)
         settings = replace(settings, exact=binaries <= AUTO_EXACT_BINARIES)
-    start = time.perf_counter()
-    with gc_paused():
-        model, _ = build_model(inst, settings.exact, _coefficients(inst, guess), largest)
-        build_s = time.perf_counter() - start
-        solver = Highs()
-        solver.config.load_solutions = False
-        solver.config.raise_exception_on_nonoptimal_result = False
-        t = time.perf_counter()
-        solver.set_instance(model)
-        handoff_s = time.perf_counter() - t
-    size = _model_size(solver)
+    cache = cache or ModelCache()
+    build_s, handoff_s = cache.prepare(inst, settings.exact, _coefficients(inst, guess), largest)
+    model, solver, size = cache.model, cache.solver, cache.size
     say(f"model: {size['variables']:,} variables ({size['integers']:,} integer), {size['rows']:,} rows, "
-        f"{size['nonzeros']:,} nonzeros; build {build_s:.1f} s, hand-off {handoff_s:.1f} s")
+        f"{size['nonzeros']:,} nonzeros; " + (f"build {build_s:.1f} s, hand-off {handoff_s:.1f} s" if build_s
+                                             else f"reused, coefficients refreshed in {handoff_s:.1f} s"))
     deadline = time.perf_counter() + settings.time_limit_s
     steps: list[SolveStep] = []
     solve_start = time.perf_counter()
@@ -354,7 +388,8 @@ def _solve_master(inst, model, solver, settings, steps, deadline, largest, guess
             kind, coefficients = starts[it]
         else:
             kind = "plan"
-            coefficients = _tangent_coefficients(inst, (best or last_fit)[1], coefficients)
+            base = (best or last_fit)[1]
+            coefficients = _tangent_coefficients(inst, base, coefficients)
         _set_coefficients(model, coefficients)
         t = time.perf_counter()
         results = _run(solver, model, max((deadline - time.perf_counter()) / max(budget - it, 1), 1.0),

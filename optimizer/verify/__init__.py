@@ -1,0 +1,337 @@
+"""`verify`: prove a plan's latency promise by simulating its pools request by request.
+
+The planner promises p99 TTFT and ITL from analytic shortcuts — Erlang C with the
+Allen–Cunneen correction for the prefill queue, the p99 prompt for prefill time, a tail
+factor on the operating step for ITL. This discrete-event simulation shares none of them:
+it samples requests (Poisson arrivals per route at requests/s × peak-to-mean; lognormal
+prompt and output lengths; prompt-cache hits) and runs the plan's pools explicitly, using
+only the per-request and per-step curves (`roofline.prefill_time_s`,
+`decode_step_time_s`, `mixed_step_time_s`, `speculative.speculative_step_time_s`):
+
+* dedicated prefill pools: FIFO over ``replicas`` servers; a server that frees takes the
+  waiting prompts up to ``prefill_batch_tokens`` new tokens (8192; 0 = one at a time) in
+  one pass of prefill_time_s(Σ tokens, Σ cached), then each KV moves to a decode pool
+  (chosen by the plan's flow shares) over the slower replica NIC + the transfer latency;
+* decode pools: continuous batching — a request joins a replica with a free slot and KV
+  room at its next step boundary (else waits FIFO), each step takes the decode (or
+  speculative) step time at the batch's current size and mean context, speculative steps
+  emit 1 + accepted drafts per sequence; the first step emits the first token;
+* colocated pools: one FIFO of prompts; a replica's prefill lane takes the next prompt
+  when free and prefills it in chunks inside its iterations (mixed step time); the
+  iteration carrying the last chunk emits the first token.
+Details and deviations are in `engine` (slot/KV reservation) and `group` (warm-up: pools
+start empty and the first 10 % of arrivals — at least two mean decode durations — are not
+counted; uncounted arrivals continue for a cool-down after the counted ones).
+
+Measured per request: TTFT = RTT + fixed overheads + time from arrival at the pool to the
+first token; every inter-token gap (tokens of one speculative step after its first have
+gap 0). TTFT attainment = share of requests with TTFT ≤ objective; ITL attainment = share
+of gaps ≤ objective; goodput fraction = tokens of requests that met TTFT whose gap is inside
+the ITL objective (the first token counts as inside) ÷ all tokens. A group passes an
+objective when its attainment ≥ the workload's ``slo_attainment``. ITL quantiles are read
+from a histogram with 0.1 % bins; per metro they are the mixture of its sites' gap
+distributions weighted by its gaps there (requests of all metros share a site's replicas at
+random), while its attainments and goodput are counted exactly from its own requests.
+
+Engine: own event loop (heapq + numpy per replica), not simpy. Measured with
+``benchmarks/verify_throughput.py`` on 2 cores (numbers in its docstring): on the same
+M/M/4 FIFO pool the own loop serves ~1.5 M jobs/s against ~0.06 M/s for simpy's Resource
+(a generator, two events and a request object per job, ~25× slower); and a decode replica
+in simpy must wake once per step, while the own loop plans every step between two batch
+changes in one vectorised curve call and truncates lazily when a request joins, so its cost
+follows joins and completions instead of steps (~20–60× fewer Python events at batch
+sizes of 100–700). simpy's convenience (processes, resources, interrupts) does not pay for
+a model whose only shared resource is a FIFO queue.
+
+Reproducible: every (site, workload, slice) group draws from its own streams seeded by
+(seed, the group's key), so results depend on nothing but the seed — not on the order of
+groups or the number of worker processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from optimizer.verify.engine import ConstantSteps, InvariantError, PoolSpec, StepModel, fifo_pool, simulate_pool
+from optimizer.verify.group import (Group, GroupResult, Options, PlanModel, Pool, Route, hist_quantile,
+                                    simulate_group)
+
+ENGINE = "own event loop"
+COLUMNS = ["requests", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "ttft_p99_ms_predicted",
+           "itl_p99_ms_predicted", "ttft_attainment", "itl_attainment", "goodput_fraction", "ttft_pass", "itl_pass",
+           "ttft_p99_ms_objective", "itl_p99_ms_objective", "slo_attainment"]
+POOL_KEYS = ["site", "workload", "period", "day_type", "hour"]
+METRO_KEYS = ["metro", "workload"]
+
+__all__ = ["verify_plan", "write_verify", "VerifyResult", "Options", "fifo_pool", "simulate_pool", "PoolSpec",
+           "StepModel", "ConstantSteps", "InvariantError", "ENGINE"]
+
+
+@dataclass
+class VerifyResult:
+    tables: dict[str, pd.DataFrame]
+    summary: dict
+    groups: list = field(default_factory=list, repr=False)
+
+
+# ---------------------------------------------------------------------------- the plan's groups
+
+
+def _nominal(pools: pd.DataFrame) -> pd.DataFrame:
+    if "lost_site" in pools:
+        return pools[pools["lost_site"].isna() | (pools["lost_site"].astype(str) == "")]
+    return pools
+
+
+def select_slices(routing: pd.DataFrame, slices) -> list[tuple[str, str, int]]:
+    """"peak": per period, the (day type, hour) with the most requests/s routed; "all"; or
+    a list of "PERIOD/DAYTYPE/HOUR"."""
+    load = routing.groupby(["period", "day_type", "hour"], sort=True)["requests_per_s"].sum()
+    if isinstance(slices, str) and slices == "peak":
+        return [tuple(load[load.index.get_level_values(0) == p].idxmax()) for p in load.index.get_level_values(0).unique()]
+    if isinstance(slices, str) and slices == "all":
+        return list(load.index)
+    if isinstance(slices, str):
+        slices = [slices]
+    out = []
+    known = set(load.index)
+    for text in slices:
+        parts = str(text).split("/")
+        if len(parts) != 3:
+            raise ValueError(f"a slice is PERIOD/DAYTYPE/HOUR, e.g. Q1/all/20; got {text!r}")
+        key = (parts[0], parts[1], int(parts[2]))
+        if key not in known:
+            raise ValueError(f"slice {text!r} carries no routed load in this plan; known: "
+                             + ", ".join(f"{p}/{d}/{h}" for p, d, h in sorted(known)[:8]) + " …")
+        out.append(key)
+    return out
+
+
+def plan_groups(tables: dict[str, pd.DataFrame], slices) -> list[Group]:
+    routing = tables["routing"]
+    pools = _nominal(tables["pools"])
+    groups = []
+    for period, day_type, hour in select_slices(routing, slices):
+        r = routing[(routing["period"] == period) & (routing["day_type"] == day_type) & (routing["hour"] == hour)]
+        p = pools[(pools["period"] == period) & (pools["day_type"] == day_type) & (pools["hour"] == hour)]
+        for (site, k), rows in r.groupby(["site", "workload"], sort=True):
+            routes = tuple(Route(x.metro, int(x.tier), float(x.requests_per_s), float(x.rtt_ms))
+                           for x in rows.itertuples() if x.requests_per_s > 0)
+            here = p[(p["site"] == site) & (p["workload"] == k)]
+            group_pools = tuple(Pool(x.role, int(x.tier), x.config, int(round(x.replicas)), float(x.requests_per_s))
+                                for x in here.sort_values(["role", "tier", "config"]).itertuples())
+            if routes:
+                groups.append(Group(site, k, period, day_type, int(hour), routes, group_pools))
+    return groups
+
+
+# ---------------------------------------------------------------------------- running
+
+
+_WORKER: dict = {}
+
+
+def _load_model(plan_dir, exact_steps=False) -> PlanModel:
+    from optimizer.plan import read_plan, scenario_of
+
+    plan = read_plan(plan_dir)
+    return PlanModel(scenario_of(plan, plan_dir), plan.tables["curves"], exact_steps)
+
+
+def _worker_init(plan_dir, exact_steps):
+    _WORKER["model"] = _load_model(plan_dir, exact_steps)
+
+
+def _worker_run(args):
+    group, requests, seed, opt = args
+    t0 = time.perf_counter()
+    res = simulate_group(_WORKER["model"], group, requests, seed, opt)
+    return res, time.perf_counter() - t0
+
+
+def verify_plan(plan_dir, slices="peak", requests=20000, seed=0, progress=None, *, workers=None,
+                options: Options | None = None, prefill_batch_tokens: int | None = None) -> VerifyResult:
+    """Simulate a plan folder's pools at the chosen slices; measured vs predicted p99s.
+
+    ``requests`` — per (site, workload, slice) group, the arrivals of its measured window
+    (fewer at low load: at most an hour of arrivals); 90 % of them are counted after the
+    warm-up. ``workers`` — processes (default: 1 for small runs, else up to the CPU count);
+    results do not depend on it. ``prefill_batch_tokens`` overrides ``options``.
+    """
+    t0 = time.perf_counter()
+    say = progress or (lambda msg: None)
+    opt = Options(**vars(options)) if options is not None else Options()
+    if prefill_batch_tokens is not None:
+        opt.prefill_batch_tokens = int(prefill_batch_tokens)
+    from optimizer.plan import read_plan, scenario_of
+
+    plan = read_plan(plan_dir)
+    s = scenario_of(plan, plan_dir)
+    groups = plan_groups(plan.tables, slices)
+    jobs = [(g, int(requests), int(seed), opt) for g in groups]
+    if workers is None:
+        workers = 1 if len(groups) * requests < 200_000 else min(os.cpu_count() or 1, len(groups))
+    results: list = [None] * len(groups)
+    if workers <= 1 or len(groups) <= 1:
+        model = PlanModel(s, plan.tables["curves"], opt.exact_steps)
+        for i, (g, n, sd, o) in enumerate(jobs):
+            t1 = time.perf_counter()
+            results[i] = simulate_group(model, g, n, sd, o)
+            _report(say, i + 1, len(groups), g, results[i], time.perf_counter() - t1)
+    else:
+        with ProcessPoolExecutor(workers, initializer=_worker_init, initargs=(str(plan_dir), opt.exact_steps)) as ex:
+            futures = [ex.submit(_worker_run, job) for job in jobs]
+            for i, f in enumerate(futures):
+                results[i], secs = f.result()
+                _report(say, i + 1, len(groups), groups[i], results[i], secs)
+    done = [r for r in results if r is not None]
+    tables = {"by_pool": _by_pool(s, plan.tables["slo"], done), "by_metro": _by_metro(s, plan.tables["slo"], done)}
+    summary = _summary(s, tables, done, seed, time.perf_counter() - t0, opt, groups)
+    return VerifyResult(tables, summary, done)
+
+
+def _report(say, i, n, g: Group, res, secs):
+    count = 0 if res is None else len(res.ttft_ms)
+    say(f"[{i}/{n}] {g.site} {g.workload} {g.period}/{g.day_type}/{g.hour}: {count} requests counted "
+        f"({0 if res is None else res.simulated} simulated) in {secs:.1f} s")
+
+
+# ---------------------------------------------------------------------------- tables
+
+
+def _quantile(x: np.ndarray, q: float) -> float:
+    if len(x) == 0:
+        return float("nan")
+    return float(np.quantile(x, q, method="inverted_cdf"))
+
+
+def _row(s, workload: str, ttft, tokens, gaps, ok, hist) -> dict:
+    w = s.workloads[workload]
+    met = ttft <= w.ttft_p99_ms
+    total_gaps = gaps.sum()
+    ttft_att = float(met.mean()) if len(ttft) else float("nan")
+    itl_att = float(ok.sum() / total_gaps) if total_gaps else 1.0
+    good = (met * (1 + ok)).sum()
+    return {
+        "requests": int(len(ttft)),
+        "ttft_p50_ms": _quantile(ttft, 0.5), "ttft_p99_ms": _quantile(ttft, 0.99),
+        "itl_p50_ms": hist_quantile(hist, 0.5), "itl_p99_ms": hist_quantile(hist, 0.99),
+        "ttft_attainment": ttft_att, "itl_attainment": itl_att,
+        "goodput_fraction": float(good / tokens.sum()) if tokens.sum() else float("nan"),
+        "ttft_pass": bool(ttft_att >= w.slo_attainment), "itl_pass": bool(itl_att >= w.slo_attainment),
+        "ttft_p99_ms_objective": w.ttft_p99_ms, "itl_p99_ms_objective": w.itl_p99_ms,
+        "slo_attainment": w.slo_attainment,
+    }
+
+
+def _predicted(slo: pd.DataFrame, mask) -> tuple[float, float]:
+    rows = slo[mask]
+    if rows.empty:
+        return float("nan"), float("nan")
+    return float(rows["ttft_p99_ms_predicted"].max()), float(rows["itl_p99_ms_predicted"].max())
+
+
+def _by_pool(s, slo: pd.DataFrame, results: list[GroupResult]) -> pd.DataFrame:
+    rows = []
+    for r in results:
+        g = r.group
+        metros = {x.metro for x in g.routes}
+        ttft_pred, itl_pred = _predicted(slo, (slo["site"] == g.site) & (slo["workload"] == g.workload)
+                                         & slo["metro"].isin(metros) & slo["tier"].isin({x.tier for x in g.routes}))
+        row = {"site": g.site, "workload": g.workload, "period": g.period, "day_type": g.day_type, "hour": g.hour,
+               **_row(s, g.workload, r.ttft_ms, r.tokens, r.gaps, r.ok_gaps, r.hist),
+               "ttft_p99_ms_predicted": ttft_pred, "itl_p99_ms_predicted": itl_pred}
+        rows.append(row)
+    return pd.DataFrame(rows, columns=POOL_KEYS + COLUMNS)
+
+
+def _by_metro(s, slo: pd.DataFrame, results: list[GroupResult]) -> pd.DataFrame:
+    parts: dict = {}
+    for r in results:
+        g = r.group
+        group_gaps = r.gaps.sum()
+        for metro in np.unique(r.metro):
+            mask = r.metro == metro
+            p = parts.setdefault((metro, g.workload), {"ttft": [], "tokens": [], "gaps": [], "ok": [], "hist": 0.0,
+                                                       "arcs": set()})
+            p["ttft"].append(r.ttft_ms[mask])
+            p["tokens"].append(r.tokens[mask])
+            p["gaps"].append(r.gaps[mask])
+            p["ok"].append(r.ok_gaps[mask])
+            if group_gaps:
+                p["hist"] = p["hist"] + r.hist * (r.gaps[mask].sum() / group_gaps)
+            p["arcs"].update((g.site, x.tier) for x in g.routes if x.metro == metro)
+    rows = []
+    for (metro, k), p in sorted(parts.items()):
+        arcs = p["arcs"]
+        mask = (slo["metro"] == metro) & (slo["workload"] == k) & pd.Series(
+            [(a, b) in arcs for a, b in zip(slo["site"], slo["tier"])], index=slo.index, dtype=bool)
+        ttft_pred, itl_pred = _predicted(slo, mask)
+        hist = p["hist"] if isinstance(p["hist"], np.ndarray) else np.zeros(1)
+        cat = {key: np.concatenate(p[key]) for key in ("ttft", "tokens", "gaps", "ok")}
+        rows.append({"metro": metro, "workload": k,
+                     **_row(s, k, cat["ttft"], cat["tokens"], cat["gaps"], cat["ok"], hist),
+                     "ttft_p99_ms_predicted": ttft_pred, "itl_p99_ms_predicted": itl_pred})
+    return pd.DataFrame(rows, columns=METRO_KEYS + COLUMNS)
+
+
+def _summary(s, tables, results, seed, seconds, opt: Options, groups) -> dict:
+    frames = [t for t in tables.values() if len(t)]
+    both = pd.concat(frames) if frames else pd.DataFrame(columns=COLUMNS)
+    tokens = sum(float(r.tokens.sum()) for r in results)
+    good = 0.0
+    for r in results:
+        met = r.ttft_ms <= s.workloads[r.group.workload].ttft_p99_ms
+        good += float((met * (1 + r.ok_gaps)).sum())
+    return {
+        "requests_simulated": int(sum(r.simulated for r in results)),
+        "requests_counted": int(sum(len(r.ttft_ms) for r in results)),
+        "groups": len(results),
+        "slices": sorted({f"{g.period}/{g.day_type}/{g.hour}" for g in groups}),
+        "ttft_attainment_min": float(both["ttft_attainment"].min()) if len(both) else float("nan"),
+        "itl_attainment_min": float(both["itl_attainment"].min()) if len(both) else float("nan"),
+        "goodput_fraction": good / tokens if tokens else float("nan"),
+        "all_objectives_met": bool(len(both) and both["ttft_pass"].all() and both["itl_pass"].all()),
+        "seconds": seconds,
+        "engine": ENGINE,
+        "seed": int(seed),
+        "prefill_batch_tokens": opt.prefill_batch_tokens,
+        "warmup": f"first {opt.warmup_fraction:.0%} of arrivals, at least {opt.warmup_decode_durations:g} mean "
+                  f"decode durations; cool-down {opt.cooldown_decode_durations:g} mean decode duration",
+    }
+
+
+# ---------------------------------------------------------------------------- writing
+
+
+def write_verify(result: VerifyResult, plan_dir) -> Path:
+    """verify.csv (both tables; ``scope`` "site" or "metro") and verify.json (the summary),
+    each written to a temporary file in the plan folder and renamed into place."""
+    d = Path(plan_dir)
+    site = result.tables["by_pool"].assign(scope="site")
+    metro = result.tables["by_metro"].assign(scope="metro")
+    cols = ["scope", "metro", "site", "workload", "period", "day_type", "hour"] + COLUMNS
+    table = pd.concat([site, metro], ignore_index=True).reindex(columns=cols)
+    _atomic_write(d / "verify.csv", table.to_csv(index=False, float_format="%.6g"))
+    _atomic_write(d / "verify.json", json.dumps(result.summary, indent=2, sort_keys=True, default=str) + "\n")
+    return d / "verify.csv"
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,287 @@
+"""One (site, workload, slice) of a plan, simulated request by request.
+
+A group is everything that shares replicas: the tiers' prefill and colocated pools of the
+site and workload, and the site's decode pools they hand off to. Its arrivals are the
+routes (metro → site, tier) of that slice at requests/s × peak-to-mean.
+
+Warm-up and cool-down. Every pool starts empty. The first 10 % of arrivals are not counted
+— or more where a decode batch needs longer to fill: the warm-up lasts at least two mean
+decode durations (mean output × step / tokens per step of the slowest decode or colocated
+config), since until then the batches, and with them the step times, are smaller than in
+steady state. After the counted arrivals, arrivals go on (uncounted) for one more mean
+decode duration so that counted requests finish beside a full batch, not a draining one.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from optimizer.configs import kv_bytes_per_token, make_replica
+from optimizer.curves.cache import cache_kv_share
+from optimizer.curves.lengths import LengthDistribution
+from optimizer.curves.memory import kv_budget_bytes, kv_replication
+from optimizer.curves.roofline import prefill_time_s
+from optimizer.verify.engine import PoolSpec, StepModel, TabulatedSteps, fifo_pool, simulate_pool
+
+# ITL histogram: bin 0 holds zero gaps (tokens of one speculative step after its first);
+# bin i ≥ 1 holds gaps in [G0·R^(i−1), G0·R^i) ms — quantiles are read to within 0.1 %.
+HIST_G0_MS = 1e-3
+HIST_RATIO = 1.001
+HIST_BINS = int(math.ceil(math.log(1e7 / HIST_G0_MS) / math.log(HIST_RATIO))) + 2
+
+
+@dataclass
+class Options:
+    """Simulation settings (defaults are the documented behaviour of `verify_plan`)."""
+
+    prefill_batch_tokens: int = 8192  # 0 serves prompts one at a time on a prefill replica
+    warmup_fraction: float = 0.1
+    warmup_decode_durations: float = 2.0
+    cooldown_decode_durations: float = 1.0
+    cap_s: float = 3600.0  # at most this long a measured window (fewer requests at low load)
+    check: bool = False  # assert the slot/KV limits inside the replica pools
+    exact_steps: bool = False  # evaluate every decode step on the curve instead of its table
+
+
+@dataclass(frozen=True)
+class Route:
+    metro: str
+    tier: int
+    requests_per_s: float
+    rtt_ms: float
+
+
+@dataclass(frozen=True)
+class Pool:
+    role: str
+    tier: int
+    config: str
+    replicas: int
+    requests_per_s: float
+
+
+@dataclass(frozen=True)
+class Group:
+    site: str
+    workload: str
+    period: str
+    day_type: str
+    hour: int
+    routes: tuple
+    pools: tuple
+
+    @property
+    def key(self) -> str:
+        return f"{self.site}|{self.workload}|{self.period}|{self.day_type}|{self.hour}"
+
+
+@dataclass
+class GroupResult:
+    """Counted requests of one group, and the ITL histogram of their gaps."""
+
+    group: Group
+    simulated: int
+    metro: np.ndarray  # metro name per counted request
+    ttft_ms: np.ndarray
+    tokens: np.ndarray
+    gaps: np.ndarray  # inter-token gaps per request (tokens − 1)
+    ok_gaps: np.ndarray  # of them inside the ITL objective
+    hist: np.ndarray
+    extra: dict = field(default_factory=dict)
+
+
+class PlanModel:
+    """The physics of a plan: replicas rebuilt from the scenario for each config in curves.csv."""
+
+    def __init__(self, scenario, curves, exact_steps: bool = False):
+        self.s = scenario
+        self.exact_steps = exact_steps
+        self.curves = {row["id"]: row for row in curves.to_dict("records")}
+        self._cache: dict = {}
+
+    def replica(self, cid: str):
+        if ("r", cid) not in self._cache:
+            c = self.curves[cid]
+            w = self.s.workloads[c["workload"]]
+            r = make_replica(self.s.models[w.model], self.s.accelerators[c["gpu"]], self.s.serving, int(c["gpus"]),
+                             w.weight_dtype, w.kv_dtype)
+            self._cache[("r", cid)] = r
+        return self._cache[("r", cid)]
+
+    def steps(self, cid: str) -> StepModel:
+        if ("s", cid) not in self._cache:
+            c = self.curves[cid]
+            spec = self.s.serving.speculative
+            speculative = _truthy(c["speculative"]) and c["role"] == "decode"
+            steps = StepModel(self.replica(cid), (spec.draft_tokens, spec.draft_cost_ratio) if speculative else None)
+            self._cache[("s", cid)] = steps if self.exact_steps else TabulatedSteps(steps)
+        return self._cache[("s", cid)]
+
+    def pool_spec(self, cid: str, replicas: int) -> PoolSpec:
+        c = self.curves[cid]
+        r = self.replica(cid)
+        w = self.s.workloads[c["workload"]]
+        kvt = r.kv_bytes_per_token * kv_replication(r.model, r.gpus)
+        budget = kv_budget_bytes(r)
+        spec = self.s.serving.speculative
+        if c["role"] == "colocated":
+            share = cache_kv_share(self.s.serving.resident_prefixes, w.shared_prefix_tokens, kvt, budget)
+            return PoolSpec(replicas, int(c["batch"]), budget * (1.0 - share), kvt, self.steps(cid), int(c["chunk_tokens"]))
+        speculative = _truthy(c["speculative"])
+        return PoolSpec(replicas, int(c["batch"]), budget, kvt, self.steps(cid), 0,
+                        (spec.draft_tokens, spec.acceptance_rate) if speculative else None)
+
+    def decode_seconds(self, cid: str) -> float:
+        """Mean time a request spends decoding on this config at its operating point."""
+        c = self.curves[cid]
+        w = self.s.workloads[c["workload"]]
+        return w.osl_mean_tokens * float(c["step_ms"]) / 1e3 / max(float(c["tokens_per_step"]), 1.0)
+
+
+def _truthy(x) -> bool:
+    return str(x).strip().lower() in ("true", "1", "1.0", "yes")
+
+
+def group_seed(seed: int, group: Group) -> np.random.SeedSequence:
+    """Each group's random streams depend only on the seed and the group's key, so results
+    do not depend on which groups run, in which order, or in how many processes."""
+    return np.random.SeedSequence([int(seed), zlib.crc32(group.key.encode())])
+
+
+def _share(weights, replicas) -> np.ndarray:
+    w = np.asarray(weights, dtype=float)
+    if w.sum() <= 0:
+        w = np.asarray(replicas, dtype=float)
+    if w.sum() <= 0:
+        w = np.ones(len(w))
+    return w / w.sum()
+
+
+def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Options) -> GroupResult | None:
+    s = model.s
+    w = s.workloads[g.workload]
+    m = s.models[w.model]
+    ptm = s.demand.peak_to_mean_intra_hour
+    routes = [r for r in g.routes if r.requests_per_s > 0]
+    if not routes:
+        return None
+    rates = np.array([r.requests_per_s for r in routes]) * ptm
+    lam = float(rates.sum())
+    entry = [p for p in g.pools if p.role in ("prefill", "colocated")]
+    decode = [p for p in g.pools if p.role == "decode"]
+    fill = max([model.decode_seconds(p.config) for p in g.pools if p.role != "prefill"], default=0.0)
+    main = max(min(int(requests), int(math.ceil(lam * opt.cap_s))), 10)
+    n_warm0 = int(math.ceil(opt.warmup_fraction * main))
+    counted_n = main - n_warm0
+    n_warm = max(n_warm0, int(math.ceil(lam * opt.warmup_decode_durations * fill)))
+    n_cool = int(math.ceil(lam * opt.cooldown_decode_durations * fill))
+    n = n_warm + counted_n + n_cool
+
+    streams = [np.random.default_rng(x) for x in group_seed(seed, g).spawn(5)]
+    rng_arr, rng_len, rng_route, rng_spec_seed, rng_pool = streams
+    t = np.cumsum(rng_arr.exponential(1.0 / lam, n))
+    route = rng_route.choice(len(routes), n, p=rates / lam)
+    isl = LengthDistribution(w.isl_mean_tokens, w.isl_p99_tokens, m.max_context).sample(rng_len, n)
+    osl = LengthDistribution(w.osl_mean_tokens, w.osl_p99_tokens, m.max_context).sample(rng_len, n)
+    hit = rng_len.random(n) < w.prompt_cache_hit_rate
+    cached = np.where(hit, np.minimum(int(w.shared_prefix_tokens), isl - 1), 0).astype(np.int64)
+    counted = np.zeros(n, bool)
+    counted[n_warm:n_warm + counted_n] = True
+
+    # each request enters one prefill/colocated pool of its route's tier, by the plan's flow shares
+    tiers = np.array([r.tier for r in routes])[route]
+    pool_of = np.full(n, -1, np.int64)
+    for tier in np.unique(tiers):
+        cands = [i for i, p in enumerate(entry) if p.tier == tier]
+        mask = tiers == tier
+        if cands:
+            p = _share([entry[i].requests_per_s for i in cands], [entry[i].replicas for i in cands])
+            pool_of[mask] = np.asarray(cands)[rng_pool.choice(len(cands), int(mask.sum()), p=p)]
+
+    first_time = np.full(n, np.inf)
+    ok_gaps = np.zeros(n, np.int64)
+    hist = np.zeros(HIST_BINS)
+    obj_s = w.itl_p99_ms / 1e3
+    spec_streams = iter(np.random.default_rng(x) for x in np.random.SeedSequence(rng_spec_seed.integers(2**63)).spawn(len(entry) + len(decode)))
+
+    def run_replicas(spec, idx, arrive):
+        """Simulate one replica pool for requests ``idx`` arriving at ``arrive``; fill their
+        first-token times, ITL counts and the histogram."""
+        if len(idx) == 0:
+            return
+        out = simulate_pool(spec, arrive, isl[idx], osl[idx], cached[idx], rng=next(spec_streams), check=opt.check)
+        served = out.replica >= 0
+        if not served.any():
+            return
+        d, e, off = out.concatenated()
+        base = off[out.replica[served]]
+        fs = base + out.first_step[served]
+        ls = base + out.last_step[served]
+        sel = idx[served]
+        first_time[sel] = e[fs]
+        okc = np.concatenate(([0], np.cumsum(d <= obj_s)))
+        steps_with_gap = ls - fs
+        zero = osl[sel] - 1 - steps_with_gap
+        ok_gaps[sel] = okc[ls + 1] - okc[fs + 1] + zero
+        c = counted[sel]
+        delta = np.bincount(np.concatenate((fs[c] + 1, ls[c] + 1)),
+                            weights=np.concatenate((np.ones(c.sum()), -np.ones(c.sum()))), minlength=len(d) + 2)
+        weight = np.cumsum(delta)[:len(d)]
+        hist[:] += np.bincount(_bins(d), weights=weight, minlength=HIST_BINS)
+        hist[0] += zero[c].sum()
+
+    decode_in: list[list] = [[] for _ in decode]
+    for i, p in enumerate(entry):
+        idx = np.flatnonzero(pool_of == i)
+        if p.role == "colocated":
+            run_replicas(model.pool_spec(p.config, p.replicas), idx, t[idx])
+            continue
+        r = model.replica(p.config)
+        service = prefill_time_s(r, isl[idx], cached[idx])
+        _, done = fifo_pool(t[idx], p.replicas, service, tokens=isl[idx], cached=cached[idx],
+                            batch_tokens=opt.prefill_batch_tokens,
+                            batch_service=lambda tok, cac, r=r: prefill_time_s(r, tok, cac))
+        if not decode:
+            continue
+        share = _share([q.requests_per_s for q in decode], [q.replicas for q in decode])
+        to = rng_pool.choice(len(decode), len(idx), p=share)
+        kv = kv_bytes_per_token(w, m)
+        for j, q in enumerate(decode):
+            sel = to == j
+            nic = min(float(model.curves[p.config]["nic_gb_s"]), float(model.curves[q.config]["nic_gb_s"])) * 1e9
+            xfer = s.serving.kv_transfer_latency_ms / 1e3 + isl[idx[sel]] * kv / nic
+            decode_in[j].append((idx[sel], done[sel] + xfer))
+    for j, q in enumerate(decode):
+        if decode_in[j]:
+            idx = np.concatenate([a for a, _ in decode_in[j]])
+            arrive = np.concatenate([b for _, b in decode_in[j]])
+            run_replicas(model.pool_spec(q.config, q.replicas), idx, arrive)
+
+    rtt = np.array([r.rtt_ms for r in routes])[route]
+    ttft = rtt + s.serving.fixed_overhead_ms + (first_time - t) * 1e3
+    c = counted
+    metros = np.array([r.metro for r in routes], dtype=object)[route]
+    return GroupResult(g, n, metros[c], ttft[c], osl[c], osl[c] - 1, ok_gaps[c], hist,
+                       {"warmup": n_warm, "cooldown": n_cool, "arrival_rate": lam})
+
+
+def _bins(d_s: np.ndarray) -> np.ndarray:
+    ms = np.maximum(np.asarray(d_s) * 1e3, HIST_G0_MS)
+    i = np.floor(np.log(ms / HIST_G0_MS) / math.log(HIST_RATIO)).astype(np.int64) + 1
+    i = np.where(np.asarray(d_s) <= 0, 0, i)
+    return np.clip(i, 0, HIST_BINS - 1)
+
+
+def hist_quantile(hist: np.ndarray, q: float) -> float:
+    """q-quantile (ms) of the gaps a histogram holds (the geometric middle of its bin)."""
+    total = hist.sum()
+    if total <= 0:
+        return float("nan")
+    i = int(np.searchsorted(np.cumsum(hist), q * total - 1e-9 * total, side="left"))
+    if i == 0:
+        return 0.0
+    return float(HIST_G0_MS * HIST_RATIO ** (i - 0.5))

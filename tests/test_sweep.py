@@ -1,0 +1,81 @@
+"""Sweeps: rows equal the individual plans they stand for, Dask and the local pool agree,
+an interrupted sweep resumes without redoing finished runs, failures are rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from optimizer import sweep as sweep_module
+from optimizer.plan import make_plan
+from optimizer.sweep import parse_values, runs_of, sweep
+
+TINY = Path(__file__).parent / "data" / "tiny.yaml"
+VARY = {"prices.l40s.ondemand_usd_per_gpu_hour": [1.0, 1.6], "demand.scale": [1, 1.5]}
+
+
+def test_values_lists_ranges_and_multipliers():
+    assert parse_values("1,2.5,fp8") == [1, 2.5, "fp8"]
+    assert parse_values("0.1:0.3:0.1") == [0.1, 0.2, 0.3]
+    assert parse_values("×0.5,x1,*1.5") == ["×0.5", "×1", "×1.5"]
+    assert len(runs_of({"a": [1, 2], "b": [3, 4, 5]}, "grid")) == 6
+    assert runs_of({"a": [1, 2], "b": ["×1", "×2"]}, "one-at-a-time") == [{}, {"a": 1}, {"a": 2}, {"b": "×2"}]
+
+
+@pytest.fixture(scope="module")
+def local_table(tmp_path_factory):
+    return sweep(TINY, VARY, "grid", workers=2, out=tmp_path_factory.mktemp("sweep"), progress=False)
+
+
+def test_rows_equal_the_individual_plans(local_table):
+    assert len(local_table) == 4
+    for row in local_table.to_dict("records"):
+        overrides = [f"{k}={row[k]}" for k in VARY]
+        alone = make_plan(TINY, overrides).summary
+        assert row["status"] == alone["status"]
+        assert row["total_cost_usd"] == pytest.approx(alone["total_cost_usd"], rel=1e-12)
+        assert row["cost_per_million_tokens_usd"] == pytest.approx(alone["cost_per_million_tokens_usd"], rel=1e-12)
+
+
+def test_dask_gives_the_same_table(local_table, tmp_path):
+    dask_table = sweep(TINY, VARY, "grid", executor="dask", workers=2, out=tmp_path, progress=False)
+    keys = ["run_id", *VARY, "status", "total_cost_usd", "cost_per_million_tokens_usd", "mip_gap"]
+    pd.testing.assert_frame_equal(local_table[keys], dask_table[keys])
+
+
+def test_interrupted_sweep_resumes_without_redoing_runs(tmp_path, monkeypatch):
+    real = sweep_module.run_batch
+    calls = []
+
+    def flaky(batch):
+        calls.append(batch[0].overrides)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(batch)
+
+    monkeypatch.setattr(sweep_module, "run_batch", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        sweep(TINY, VARY, "grid", workers=1, out=tmp_path, progress=False)
+    first = pd.read_csv(tmp_path / "sweep.csv")
+    assert len(first) == 2
+    calls.clear()
+    monkeypatch.setattr(sweep_module, "run_batch", real)
+    seen = []
+    monkeypatch.setattr(sweep_module, "run_batch", lambda batch: seen.append(batch[0].overrides) or real(batch))
+    table = sweep(TINY, VARY, "grid", workers=1, out=tmp_path, progress=False)
+    assert len(table) == 4 and len(seen) == 2
+    again = table.set_index("run_id").loc[first["run_id"], "wall_seconds"].to_numpy()
+    assert again == pytest.approx(first["wall_seconds"].to_numpy())  # finished rows kept as they were
+    assert (tmp_path / "sweep.parquet").exists()
+
+
+def test_a_failing_run_is_a_row_not_a_crash(tmp_path):
+    table = sweep(TINY, {"workloads.code-completion.ttft_p99_ms": [400, 40]}, "one-at-a-time", workers=1,
+                  out=tmp_path, progress=False)
+    by_value = table.set_index("workloads.code-completion.ttft_p99_ms")
+    assert by_value.loc[40, "status"] == "infeasible"
+    assert "cannot meet its 40 ms p99 TTFT" in by_value.loc[40, "diagnosis"]
+    assert by_value.loc[400, "status"] == "optimal"
+    assert (tmp_path / "tornado.png").exists()
