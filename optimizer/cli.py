@@ -200,7 +200,8 @@ def cmd_plan(args) -> int:
         plan = replan(args.from_plan, progress=progress, allow_unserved=args.allow_unserved)
     else:
         plan = make_plan(args.scenario, args.set or [], time_limit_s=args.time_limit, mip_gap=args.mip_gap,
-                         threads=args.threads, exact=args.exact, allow_unserved=args.allow_unserved, progress=progress)
+                         threads=args.threads, exact=args.exact, allow_unserved=args.allow_unserved,
+                         robust=args.robust, progress=progress)
     out = write_plan(plan, args.out, report=not args.no_report)
     sm = plan.summary
     if args.json:
@@ -224,6 +225,11 @@ def _plan_text(sm: dict, out) -> str:
         f"{100 * sm['average_utilization']:.0f} %, unserved {100 * sm['unserved_fraction']:.3f} %",
         "  GPUs at peak: " + ", ".join(f"{g} {n:,}" for g, n in sm["gpus_by_type_peak"].items()),
     ]
+    if sm.get("robust"):
+        r = sm["robust"]
+        lines.append(f"  robust plan (demand ×{r['demand_factor']:g}, efficiencies ×{r['efficiency_derate']:g}, "
+                     f"RTT +{r['rtt_margin_ms']:g} ms): {100 * r['price_of_robustness']:.1f} % above the nominal "
+                     f"plan's ${r['nominal_cost_usd']:,.0f}")
     if sm.get("baseline_cost_usd"):
         lines.append(f"  hand-made baseline ${sm['baseline_cost_usd']:,.0f}/year: the plan saves "
                      f"{100 * sm['savings_vs_baseline']:.1f} %")
@@ -276,6 +282,30 @@ def cmd_report(args) -> int:
         raise ScenarioError("not a plan folder (no summary.json)", field=args.plan_dir)
     print(f"written: {write_report(args.plan_dir)}")
     return 0
+
+
+def cmd_stress(args) -> int:
+    from optimizer.stress import stress, write_stress
+
+    if not (Path(args.plan_dir) / "summary.json").exists():
+        raise ScenarioError("not a plan folder (no summary.json)", field=args.plan_dir)
+    factor = {}
+    for name in ("demand", "rtt"):
+        text = getattr(args, name)
+        try:
+            factor[name] = float(text.lstrip("×x*")) if text else 1.0
+        except ValueError:
+            raise ScenarioError(f"expected a factor like ×1.3, got {text!r}", field=f"--{name}") from None
+    result = stress(args.plan_dir, args.perturb or [], demand_factor=factor["demand"], rtt_factor=factor["rtt"],
+                    lose_site=args.lose_site, verify=args.verify, requests=args.requests, seed=args.seed,
+                    progress=None if args.json else (lambda m: print(m, file=sys.stderr)))
+    write_stress(result, args.plan_dir)
+    if args.json:
+        _print_json(result.summary)
+    else:
+        print(result.table.to_string(index=False, float_format=lambda x: f"{x:,.4g}"))
+        print(f"written: {Path(args.plan_dir) / 'stress.csv'}")
+    return 0 if result.summary["all_objectives_met"] else 7
 
 
 def cmd_scenarios(args) -> int:
@@ -345,6 +375,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--allow-unserved", action="store_true", help="write the plan even if some demand is unserved")
     pl.add_argument("--from-plan", metavar="DIR", help="plan again exactly what a plan folder records")
     pl.add_argument("--no-report", action="store_true", help="do not write report.html")
+    pl.add_argument("--robust", action="store_true",
+                    help="plan with the scenario's robust margins; report the price of robustness")
     pl.add_argument("--json", action="store_true")
     pl.add_argument("--quiet", action="store_true", help="no progress lines")
     pl.set_defaults(func=cmd_plan)
@@ -375,6 +407,19 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="write report.html for a plan folder")
     rp.add_argument("plan_dir")
     rp.set_defaults(func=cmd_report)
+
+    st = sub.add_parser("stress", help="evaluate a fixed plan under perturbed estimates or a lost site")
+    st.add_argument("plan_dir")
+    st.add_argument("--perturb", action="append", metavar="KEY=VALUE",
+                    help="scenario path and value or ×factor; * stands for every row (workloads.*.isl_mean_tokens=×1.3)")
+    st.add_argument("--demand", metavar="×F", help="scale every routed flow")
+    st.add_argument("--rtt", metavar="×F", help="scale every round trip")
+    st.add_argument("--lose-site", metavar="ID", help="the site goes dark; its traffic moves to the nearest pools that can take it")
+    st.add_argument("--verify", action="store_true", help="also simulate the perturbed plan")
+    st.add_argument("--requests", type=int, default=2000, help="simulated requests per group with --verify")
+    st.add_argument("--seed", type=int, default=0)
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=cmd_stress)
 
     sc = sub.add_parser("scenarios", help="list the shipped example scenarios")
     sc.set_defaults(func=cmd_scenarios)

@@ -37,7 +37,7 @@ from optimizer.curves.queueing import wait_quantile_s
 from optimizer.errors import InfeasibleError, TimeLimitNoPlanError
 from optimizer.instance import Instance, build_instance
 from optimizer.network import build_graph, rtt_matrix
-from optimizer.scenario import RawScenario, Scenario, load_scenario
+from optimizer.scenario import RawScenario, Scenario, apply_overrides, load_scenario, validate
 from optimizer.solve import SolveResult, SolverSettings, solve
 
 TABLES = ("procurement", "pools", "routing", "slo", "curves")
@@ -73,11 +73,34 @@ def settings_from(s: Scenario, time_limit_s=None, mip_gap=None, threads=None, ex
 
 
 def make_plan(path=None, overrides=(), *, time_limit_s=None, mip_gap=None, threads=None, exact=None,
-              allow_unserved=False, progress=None) -> Plan:
-    """Plan a scenario file (default: the reference scenario) with ``--set`` overrides."""
+              allow_unserved=False, robust=False, progress=None) -> Plan:
+    """Plan a scenario file (default: the reference scenario) with ``--set`` overrides;
+    ``robust`` plans with the scenario's robust margins (`robust_plan`)."""
     s, raw = load_scenario(path, list(overrides))
-    return plan_scenario(s, raw, settings_from(s, time_limit_s, mip_gap, threads, exact),
-                         allow_unserved=allow_unserved, progress=progress)
+    settings = settings_from(s, time_limit_s, mip_gap, threads, exact)
+    if robust:
+        return robust_plan(s, raw, settings, allow_unserved=allow_unserved, progress=progress)
+    return plan_scenario(s, raw, settings, allow_unserved=allow_unserved, progress=progress)
+
+
+def robust_plan(s: Scenario, raw: RawScenario, settings: SolverSettings, *, allow_unserved=False, progress=None) -> Plan:
+    """Plan with margins (demand at a high percentile, derated efficiencies, longer round
+    trips) and report the price of robustness against the nominal plan. The folder keeps the
+    nominal scenario, so verify and stress judge the robust plan in the nominal world."""
+    say = progress or (lambda msg: None)
+    say("nominal plan (for the price of robustness)")
+    nominal = plan_scenario(s, raw, settings, allow_unserved=allow_unserved, progress=progress)
+    margins = s.robust.overrides(s)
+    robust_raw = apply_overrides(raw, margins)
+    say("robust plan: " + ", ".join(margins))
+    plan = plan_scenario(validate(robust_raw), robust_raw, settings, allow_unserved=allow_unserved, progress=progress)
+    _to_nominal_world(plan, s.robust.demand_factor, s.robust.rtt_margin_ms)
+    plan.scenario_data = raw.data
+    cost, base = plan.summary["total_cost_usd"], nominal.summary["total_cost_usd"]
+    plan.summary.update(scenario_sha256=raw.sha256(), overrides=list(raw.overrides), robust={
+        **s.robust.model_dump(), "margins": margins, "nominal_cost_usd": base,
+        "price_of_robustness": cost / base - 1 if base else None})
+    return plan
 
 
 def plan_scenario(s: Scenario, raw: RawScenario, settings: SolverSettings, *, allow_unserved=False, progress=None,
@@ -412,6 +435,26 @@ def _json(x):
     return str(x)
 
 
+def _to_nominal_world(plan: Plan, demand_factor: float, rtt_margin_ms: float) -> None:
+    """A robust plan's fleet, shown serving the nominal demand over nominal round trips:
+    flows ÷ the demand factor (same shares), RTTs − the margin; goodput figures follow.
+    Pools keep their replicas; queue figures stay those the pools were sized for."""
+    t = plan.tables
+    for name in ("routing", "pools"):
+        t[name]["requests_per_s"] = t[name]["requests_per_s"] / demand_factor
+    t["routing"]["rtt_ms"] = t["routing"]["rtt_ms"] - rtt_margin_ms
+    for col in ("network_ms", "ttft_p99_ms_predicted"):
+        t["slo"][col] = t["slo"][col] - rtt_margin_ms
+    sm = plan.summary
+    for key in ("goodput_tokens_per_s_avg", "goodput_tokens_per_s_peak", "tokens_per_s_per_mw"):
+        if sm.get(key) is not None:
+            sm[key] /= demand_factor
+    if sm.get("cost_per_million_tokens_usd") is not None:
+        sm["cost_per_million_tokens_usd"] *= demand_factor
+    sm["cost_per_million_tokens_usd_by_workload"] = {
+        k: (v * demand_factor if v is not None else None) for k, v in sm["cost_per_million_tokens_usd_by_workload"].items()}
+
+
 def replan(plan_dir: str | Path, *, progress=None, allow_unserved=False) -> Plan:
     """Plan again exactly what a plan folder records: its resolved scenario (overrides
     included) with its solver settings."""
@@ -419,13 +462,13 @@ def replan(plan_dir: str | Path, *, progress=None, allow_unserved=False) -> Plan
     raw = RawScenario(old.scenario_data, {}, Path(plan_dir) / "scenario.json",
                       overrides=list(old.summary.get("overrides", [])))
     settings = SolverSettings(**old.summary["settings"])
+    if old.summary.get("robust"):
+        return robust_plan(scenario_of(old, plan_dir), raw, settings, allow_unserved=allow_unserved, progress=progress)
     return plan_scenario(scenario_of(old, plan_dir), raw, settings, allow_unserved=allow_unserved, progress=progress)
 
 
 def scenario_of(plan: Plan, plan_dir: str | Path) -> Scenario:
     """The validated scenario a plan folder records (its scenario.json)."""
-    from optimizer.scenario import validate
-
     return validate(RawScenario(plan.scenario_data, {}, Path(plan_dir) / "scenario.json"))
 
 

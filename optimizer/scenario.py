@@ -85,35 +85,35 @@ class Accelerator(_Catalogued):
     id: str
     name: str
     vendor: str
-    bf16_dense_tflops: float = Field(gt=0)
-    fp8_dense_tflops: float | None = Field(None, gt=0, description="empty where FP8 is not supported")
-    hbm_gb: float = Field(gt=0)
-    hbm_tb_s: float = Field(gt=0)
-    tdp_w: float = Field(gt=0)
-    gpus_per_node: int = Field(gt=0)
-    node_kw: float = Field(gt=0, description="maximum IT power of one node")
-    scaleup_domain_gpus: int = Field(gt=0)
-    scaleup_gb_s: float = Field(gt=0, description="scale-up bandwidth per GPU, both directions")
-    nic_gbps_per_gpu: float = Field(gt=0, description="scale-out NIC bandwidth per GPU, Gb/s")
+    bf16_dense_tflops: float = Field(gt=0, le=1e6)
+    fp8_dense_tflops: float | None = Field(None, gt=0, le=1e6, description="empty where FP8 is not supported")
+    hbm_gb: float = Field(gt=0, le=1e4)
+    hbm_tb_s: float = Field(gt=0, le=1e3)
+    tdp_w: float = Field(gt=0, le=1e5)
+    gpus_per_node: int = Field(gt=0, le=1024)
+    node_kw: float = Field(gt=0, le=1e4, description="maximum IT power of one node")
+    scaleup_domain_gpus: int = Field(gt=0, le=1e5)
+    scaleup_gb_s: float = Field(gt=0, le=1e6, description="scale-up bandwidth per GPU, both directions")
+    nic_gbps_per_gpu: float = Field(gt=0, le=1e6, description="scale-out NIC bandwidth per GPU, Gb/s")
 
 
 class Model(_Catalogued):
     id: str
     name: str
-    total_params_b: float = Field(gt=0)
-    active_params_b: float = Field(gt=0)
-    layers: int = Field(gt=0)
-    hidden: int = Field(gt=0)
-    heads: int = Field(gt=0)
-    kv_heads: int = Field(gt=0)
-    head_dim: int = Field(gt=0)
+    total_params_b: float = Field(gt=0, le=1e5)
+    active_params_b: float = Field(gt=0, le=1e5)
+    layers: int = Field(gt=0, le=1e4)
+    hidden: int = Field(gt=0, le=1e6)
+    heads: int = Field(gt=0, le=1e5)
+    kv_heads: int = Field(gt=0, le=1e5)
+    head_dim: int = Field(gt=0, le=1e5)
     attention: Literal["gqa", "mla"] = "gqa"
-    kv_lora_rank: int | None = Field(None, gt=0)
-    qk_rope_head_dim: int | None = Field(None, gt=0)
-    experts: int | None = Field(None, gt=0)
+    kv_lora_rank: int | None = Field(None, gt=0, le=1e6)
+    qk_rope_head_dim: int | None = Field(None, gt=0, le=1e5)
+    experts: int | None = Field(None, gt=0, le=1e5)
     experts_per_token: int | None = Field(None, gt=0)
     vocab: int | None = Field(None, gt=0)
-    max_context: int = Field(gt=0)
+    max_context: int = Field(gt=0, le=1e9)
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -131,15 +131,15 @@ class Model(_Catalogued):
 class Price(_Catalogued):
     provider: str
     gpu: str
-    ondemand_usd_per_gpu_hour: float = Field(gt=0)
-    reserved_1y_usd_per_gpu_hour: float | None = Field(None, gt=0)
-    reserved_3y_usd_per_gpu_hour: float | None = Field(None, gt=0)
+    ondemand_usd_per_gpu_hour: float = Field(gt=0, le=1e4)
+    reserved_1y_usd_per_gpu_hour: float | None = Field(None, gt=0, le=1e4)
+    reserved_3y_usd_per_gpu_hour: float | None = Field(None, gt=0, le=1e4)
 
 
 class Owned(_Catalogued):
     gpu: str
-    capex_usd_per_node: float = Field(gt=0)
-    life_years: float = Field(gt=0)
+    capex_usd_per_node: float = Field(gt=0, le=1e9)
+    life_years: float = Field(gt=0.1, le=100)
 
 
 class Metro(_Catalogued):
@@ -150,8 +150,8 @@ class Metro(_Catalogued):
     lat: float = Field(ge=-90, le=90)
     lon: float = Field(ge=-180, le=180)
     utc_offset_hours: float = Field(ge=-12, le=14)
-    population: float = Field(ge=0)
-    demand_weight: float | None = Field(None, ge=0, description="relative demand; default population in millions")
+    population: float = Field(ge=0, le=1e10, description="people (at most 1e10: more than live on Earth)")
+    demand_weight: float | None = Field(None, ge=0, le=1e4, description="relative demand; default population in millions")
 
     @property
     def weight(self) -> float:
@@ -165,18 +165,18 @@ class Site(_Catalogued):
     lat: float = Field(ge=-90, le=90)
     lon: float = Field(ge=-180, le=180)
     region: str = Field(description="fault domain")
-    power_mw: float = Field(gt=0, description="facility megawatts available to the fleet")
+    power_mw: float = Field(gt=0, le=1e5, description="facility megawatts available to the fleet")
     pue: float = Field(ge=1.0, le=3.0)
-    energy_usd_per_mwh: float = Field(ge=0)
-    colo_usd_per_kw_month: float = Field(ge=0)
-    price_multiplier: float = Field(1.0, gt=0)
+    energy_usd_per_mwh: float = Field(ge=0, le=1e5)
+    colo_usd_per_kw_month: float = Field(ge=0, le=1e5)
+    price_multiplier: float = Field(1.0, gt=0, le=100)
 
 
 class Supply(_Catalogued):
     site: str
     gpu: str
-    reserved_nodes_max: int = Field(ge=0)
-    ondemand_nodes_max: int = Field(ge=0)
+    reserved_nodes_max: int = Field(ge=0, le=1e7)
+    ondemand_nodes_max: int = Field(ge=0, le=1e7)
 
 
 class Workload(_Catalogued):
@@ -190,11 +190,11 @@ class Workload(_Catalogued):
     osl_p99_tokens: float = Field(gt=0)
     prompt_cache_hit_rate: float = 0.0
     shared_prefix_tokens: float = Field(0.0, ge=0)
-    ttft_p99_ms: float = Field(gt=0)
-    itl_p99_ms: float = Field(gt=0)
+    ttft_p99_ms: float = Field(gt=0, le=8.64e7, description="at most a day")
+    itl_p99_ms: float = Field(gt=0, le=6e4, description="at most a minute")
     slo_attainment: float = Field(0.99, description="fraction of requests that must meet both objectives")
     diurnal_profile: str = "consumer"
-    peak_requests_per_s_per_million_people: float = Field(ge=0)
+    peak_requests_per_s_per_million_people: float = Field(ge=0, le=1e6)
     rationale: str | None = None
 
     _frac = field_validator("prompt_cache_hit_rate")(lambda v: _fraction_check(v, "prompt_cache_hit_rate"))
@@ -236,7 +236,7 @@ class Period(_Strict):
 class DayType(_Strict):
     id: str
     share: float = Field(gt=0, le=1, description="share of the period's days of this type")
-    demand_multiplier: float = Field(1.0, ge=0)
+    demand_multiplier: float = Field(1.0, ge=0, le=100)
 
     _share = field_validator("share", mode="before")(_fraction_before)
 
@@ -295,14 +295,14 @@ class DemandRow(_Strict):
     workload: str
     period: str
     hour: int = Field(ge=0, le=23, description="UTC hour")
-    requests_per_s: float = Field(ge=0)
+    requests_per_s: float = Field(ge=0, le=1e9)
     day_type: str | None = None
 
 
 class MixRow(_Strict):
     metro: str
     workload: str
-    multiplier: float = Field(ge=0)
+    multiplier: float = Field(ge=0, le=1e6)
 
 
 class Demand(_Strict):
@@ -312,7 +312,7 @@ class Demand(_Strict):
 
     growth_per_period: float = Field(0.0, gt=-1, le=5, description="compound demand growth from one period to the next")
     peak_to_mean_intra_hour: float = Field(1.2, ge=1, le=5, description="pools are sized for the hour's mean × this factor")
-    scale: float = Field(1.0, gt=0, description="multiplies every metro's demand")
+    scale: float = Field(1.0, gt=0, le=1e6, description="multiplies every metro's demand")
     mix: list[MixRow] = Field(default_factory=list, description="per (metro, workload) multipliers")
     table: list[DemandRow] | None = Field(None, description="demand given directly (replaces the model above)")
 
@@ -416,8 +416,12 @@ class Serving(_Strict):
             raise ValueError("tp_degrees must list positive GPU counts, e.g. [1, 2, 4, 8]")
         if not self.modes:
             raise ValueError("modes must allow colocated, disaggregated or both")
-        if sorted(self.tier_rtt_ms) != list(self.tier_rtt_ms) or not self.tier_rtt_ms:
-            raise ValueError("tier_rtt_ms must be a non-empty increasing list of RTT bounds in ms")
+        if sorted(self.tier_rtt_ms) != list(self.tier_rtt_ms) or not self.tier_rtt_ms or self.tier_rtt_ms[0] <= 0:
+            raise ValueError(f"tier_rtt_ms must be a non-empty increasing list of positive RTT bounds in ms, e.g. "
+                             f"[20, 45, 90, 180]; got {self.tier_rtt_ms}")
+        if "colocated" in self.modes and (not self.colocated_chunk_tokens or min(self.colocated_chunk_tokens) < 1):
+            raise ValueError(f"colocated_chunk_tokens must list positive token budgets, e.g. [256, 512, 1024]; "
+                             f"got {self.colocated_chunk_tokens}")
         return self
 
 
@@ -440,6 +444,27 @@ class Policy(_Strict):
     _warm = field_validator("warm_pool_fraction", "mip_gap", mode="before")(_fraction_before)
 
 
+class Robust(_Strict):
+    """Margins `fleetplan plan --robust` plans with. The plan folder keeps the nominal
+    scenario; its summary reports the margins and the price of robustness (the robust plan's
+    cost over the nominal plan's)."""
+
+    demand_factor: float = Field(1.25, ge=1, le=5, description="demand at a high percentile of its forecast, × the nominal")
+    efficiency_derate: float = Field(0.85, gt=0, le=1, description="prefill MFU, decode MBU and decode MFU × this")
+    rtt_margin_ms: float = Field(10.0, ge=0, description="added to every round trip")
+
+    def overrides(self, s: "Scenario") -> list[str]:
+        """The margins as `--set` overrides on the nominal scenario ``s``."""
+        d = self.efficiency_derate
+        return [
+            f"demand.scale={s.demand.scale * self.demand_factor}",
+            f"serving.prefill_mfu={s.serving.prefill_mfu * d}",
+            f"serving.decode_mbu={s.serving.decode_mbu * d}",
+            f"serving.decode_mfu={s.serving.decode_mfu * d}",
+            f"network.access_rtt_ms={s.network.access_rtt_ms + self.rtt_margin_ms}",
+        ]
+
+
 class Scenario(_Strict):
     name: str
     description: str = ""
@@ -458,6 +483,7 @@ class Scenario(_Strict):
     network: NetworkSpec
     serving: Serving
     policy: Policy
+    robust: Robust = Field(default_factory=Robust)
 
 
 # --------------------------------------------------------------------------- tables
@@ -487,7 +513,8 @@ TABLES = {
     "workloads": TableSpec("workloads", "workloads.csv", Workload, ("id",)),
 }
 DIURNAL_FILE = "diurnal.csv"
-SECTIONS = {"horizon": Horizon, "demand": Demand, "network": NetworkSpec, "serving": Serving, "policy": Policy}
+SECTIONS = {"horizon": Horizon, "demand": Demand, "network": NetworkSpec, "serving": Serving, "policy": Policy,
+            "robust": Robust}
 TOP_LEVEL = {"name", "description", "catalogue", *TABLES, "diurnal", *SECTIONS}
 
 

@@ -1,0 +1,371 @@
+"""Stress a plan: how the fixed plan fares when the estimates behind it are wrong.
+
+Nothing is re-optimised. The plan's pools (configs, replicas per slice) and routing shares
+stay as planned; what changes is the world they meet:
+  * perturbed estimates — any scenario path, as in `--set` (``serving.decode_mbu=×0.8``,
+    ``workloads.*.isl_mean_tokens=×1.3`` — ``*`` stands for every row of a table,
+    ``workloads.chat.prompt_cache_hit_rate=0.2``);
+  * demand × F (every routed flow scaled, same shares);
+  * RTTs × F;
+  * the loss of a site: its traffic goes, metro by metro, to the nearest other site with a
+    pool of that workload in a tier the metro can use (existing replicas only); what finds
+    no such pool is unserved.
+
+Analytic evaluation, per nominal slice: each pool's load against its replicas under the
+perturbed curves — prefill pools by the Erlang C / Allen–Cunneen p99 wait (an overloaded pool
+serves only n / S̄ requests/s and misses TTFT), decode pools by their slots at the operating
+batch (KV permitting) — and per routed arc the p99 TTFT and ITL paths as in slo.csv. A
+workload's attainment is the share of its demand (request-hours) on arcs that meet both
+objectives. With ``verify``, the perturbed plan folder is also simulated request by request.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from optimizer.configs import kv_bytes_per_token, make_replica
+from optimizer.curves.cache import p99_cached_tokens
+from optimizer.curves.lengths import LengthDistribution, service_moments
+from optimizer.curves.memory import kv_budget_bytes, kv_replication, max_concurrency
+from optimizer.curves.queueing import wait_quantile_s
+from optimizer.curves.roofline import decode_step_time_s, mixed_step_time_s, prefill_time_s
+from optimizer.curves.speculative import expected_tokens_per_step, speculative_step_time_s
+from optimizer.curves.transfer import kv_transfer_time_s
+from optimizer.errors import ScenarioError, unknown_id_message
+from optimizer.network import build_graph, rtt_matrix
+from optimizer.plan import TABLES, read_plan
+from optimizer.scenario import RawScenario, Scenario, apply_overrides, validate
+
+SLICE = ["period", "day_type", "hour"]
+
+
+@dataclass
+class StressResult:
+    table: pd.DataFrame  # one row per workload
+    summary: dict
+    folder: Path  # the perturbed plan folder (kept only when asked for)
+    arcs: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+def expand(data: dict, perturb: list[str]) -> list[str]:
+    """``workloads.*.field=v`` → one override per workload (likewise for any table)."""
+    out = []
+    for item in perturb:
+        key, sep, value = item.partition("=")
+        parts = key.split(".")
+        if "*" not in parts:
+            out.append(item)
+            continue
+        i = parts.index("*")
+        node = data
+        for p in parts[:i]:
+            if not isinstance(node, dict) or p not in node:
+                raise ScenarioError(unknown_id_message("key", p, node if isinstance(node, dict) else {}),
+                                    field=f"--perturb {key}")
+            node = node[p]
+        out += [".".join(parts[:i] + [k] + parts[i + 1:]) + sep + value for k in sorted(node)]
+    return out
+
+
+def perturbed_folder(plan_dir, out_dir, perturb=(), demand_factor=1.0, rtt_factor=1.0, lose_site=None) -> Path:
+    """A copy of the plan folder in a perturbed world: scenario.json with the perturbed
+    estimates, routing and pools with the scaled (and, for a lost site, re-routed) flows."""
+    src = Path(plan_dir)
+    plan = read_plan(src)
+    raw = RawScenario(plan.scenario_data, {}, src / "scenario.json")
+    raw = apply_overrides(raw, expand(raw.data, list(perturb)))
+    s = validate(raw)
+    routing = plan.tables["routing"].copy()
+    pools = plan.tables["pools"]
+    pools = pools[pools["lost_site"].isna()].copy()
+    routing["requests_per_s"] *= demand_factor
+    pools["requests_per_s"] *= demand_factor
+    routing["rtt_ms"] *= rtt_factor
+    unserved = pd.DataFrame(columns=["workload", *SLICE, "requests_per_s"])
+    if lose_site:
+        if lose_site not in s.sites:
+            raise ScenarioError(unknown_id_message("site", lose_site, s.sites), field="--lose-site")
+        routing, pools, unserved = _lose(s, raw, routing, pools, lose_site, rtt_factor)
+    out = Path(out_dir)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    (out / "scenario.json").write_text(json.dumps(raw.data, indent=1, sort_keys=True, default=str))
+    summary = dict(plan.summary, stress={"perturb": list(perturb), "demand_factor": demand_factor,
+                                         "rtt_factor": rtt_factor, "lose_site": lose_site})
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    tables = dict(plan.tables, routing=routing, pools=pools)
+    for name in TABLES:
+        tables[name].to_csv(out / f"{name}.csv", index=False, float_format="%.12g")
+    unserved.to_csv(out / "unserved.csv", index=False)
+    return out
+
+
+def _tier_of(rtt_ms: float, bands: list[float]) -> int | None:
+    return next((t for t, b in enumerate(bands) if rtt_ms <= b), None)
+
+
+def _lose(s: Scenario, raw: RawScenario, routing, pools, lost: str, rtt_factor: float):
+    """Move the lost site's routed flow to the nearest other site with a tier pool that can
+    take the metro; scale that tier's pools and (disaggregated) the site's decode pools."""
+    rtt = rtt_matrix(build_graph(s, raw.path.parent), s) * rtt_factor
+    bands = s.serving.tier_rtt_ms
+    moved = routing[routing["site"] == lost]
+    routing = routing[routing["site"] != lost].copy()
+    pools = pools[pools["site"] != lost].copy()
+    tiers = pools[pools["role"] != "decode"].groupby(["site", "workload", *SLICE])["tier"].apply(set)
+    extra_rows, unserved = [], []
+    for row in moved.itertuples(index=False):
+        key = (row.period, row.day_type, row.hour)
+        order = rtt.loc[row.metro].drop(lost).sort_values(kind="stable")
+        target = None
+        for site, ms in order.items():
+            own = _tier_of(float(ms), bands)
+            have = tiers.get((site, row.workload, *key), set())
+            usable = sorted(t for t in have if own is not None and t >= own)
+            if usable:
+                target = (site, usable[0], float(ms))
+                break
+        if target is None:
+            unserved.append({"workload": row.workload, "period": key[0], "day_type": key[1], "hour": key[2],
+                             "requests_per_s": row.requests_per_s})
+            continue
+        site, tier, ms = target
+        extra_rows.append({"metro": row.metro, "site": site, "workload": row.workload, "tier": tier,
+                           "period": key[0], "day_type": key[1], "hour": key[2],
+                           "requests_per_s": row.requests_per_s, "rtt_ms": ms})
+        _add_load(pools, site, row.workload, tier, key, row.requests_per_s)
+    if extra_rows:
+        routing = pd.concat([routing, pd.DataFrame(extra_rows)], ignore_index=True)
+    return routing, pools, pd.DataFrame(unserved, columns=["workload", *SLICE, "requests_per_s"])
+
+
+def _share(frame: pd.DataFrame) -> pd.Series:
+    weights = frame["requests_per_s"] if frame["requests_per_s"].sum() > 0 else frame["replicas"].astype(float)
+    return weights / weights.sum()
+
+
+def _add_load(pools: pd.DataFrame, site, workload, tier, key, rps: float) -> None:
+    at = (pools["site"] == site) & (pools["workload"] == workload) & (pools["period"] == key[0]) \
+        & (pools["day_type"] == key[1]) & (pools["hour"] == key[2])
+    tier_pools = at & (pools["tier"] == tier) & (pools["role"] != "decode")
+    split = _share(pools[tier_pools])
+    pools.loc[tier_pools, "requests_per_s"] += rps * split
+    to_decode = rps * float(split[pools.loc[tier_pools, "role"] == "prefill"].sum())
+    decode = at & (pools["role"] == "decode")
+    if to_decode > 0 and decode.any():
+        pools.loc[decode, "requests_per_s"] += to_decode * _share(pools[decode])
+
+
+# ------------------------------------------------------------------------ analytic
+
+
+class _Physics:
+    """Per-config performance under the (perturbed) scenario, with the plan's decisions —
+    accelerator, GPUs, role, operating batch, chunk, speculation — held fixed."""
+
+    def __init__(self, s: Scenario, curves: pd.DataFrame):
+        self.s = s
+        self.rows = {r["id"]: r for r in curves.to_dict("records")}
+        self._memo: dict = {}
+
+    def of(self, cid: str) -> dict:
+        if cid not in self._memo:
+            self._memo[cid] = self._evaluate(self.rows[cid])
+        return self._memo[cid]
+
+    def _evaluate(self, c: dict) -> dict:
+        s = self.s
+        w = s.workloads[c["workload"]]
+        m = s.models[w.model]
+        r = make_replica(m, s.accelerators[c["gpu"]], s.serving, int(c["gpus"]), w.weight_dtype, w.kv_dtype)
+        isl = LengthDistribution(w.isl_mean_tokens, w.isl_p99_tokens, m.max_context)
+        context = w.isl_mean_tokens + w.osl_mean_tokens / 2
+        cached_p99 = p99_cached_tokens(w.prompt_cache_hit_rate, w.shared_prefix_tokens, w.slo_attainment)
+        out = {"nic": float(c["nic_gb_s"]) * 1e9, "kv": kv_bytes_per_token(w, m)}
+        b_max = int(max_concurrency(r, w.isl_mean_tokens + w.osl_mean_tokens))
+        batch = max(min(int(c["batch"] or 0), b_max), 0)
+        if c["role"] == "prefill":
+            mean, scv = service_moments(lambda t, k: prefill_time_s(r, t, k), isl, w.prompt_cache_hit_rate,
+                                        w.shared_prefix_tokens)
+            out.update(service_s=mean, scv=scv, prefill_p99_ms=float(prefill_time_s(r, w.isl_p99_tokens, cached_p99)) * 1e3)
+            return out
+        if c["role"] == "decode":
+            spec = s.serving.speculative
+            if str(c["speculative"]).lower() in ("true", "1") and batch:
+                step = float(speculative_step_time_s(r, batch, context, spec.draft_tokens, spec.draft_cost_ratio))
+                per_step = float(expected_tokens_per_step(spec.acceptance_rate, spec.draft_tokens))
+            else:
+                step = float(decode_step_time_s(r, max(batch, 1), context))
+                per_step = 1.0
+            out.update(step_ms=step * 1e3, itl_p99_ms=s.serving.itl_tail_factor * step * 1e3,
+                       decode_rps=batch * per_step / (w.osl_mean_tokens * step) if batch else 0.0)
+            return out
+        chunk = int(c["chunk_tokens"])
+        iteration = float(mixed_step_time_s(r, max(batch, 1), context, chunk, w.isl_mean_tokens / 2))
+
+        def service(tokens, cached):
+            return np.ceil(np.maximum(np.asarray(tokens) - np.asarray(cached), 1.0) / chunk) * iteration
+
+        mean, scv = service_moments(service, isl, w.prompt_cache_hit_rate, w.shared_prefix_tokens)
+        out.update(service_s=mean, scv=scv, prefill_p99_ms=float(service(w.isl_p99_tokens, cached_p99)) * 1e3,
+                   step_ms=iteration * 1e3, itl_p99_ms=s.serving.itl_tail_factor * iteration * 1e3,
+                   decode_rps=batch / (w.osl_mean_tokens * iteration) if batch else 0.0)
+        return out
+
+
+def analyze(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per workload, per arc-slice) analytic attainment of a (perturbed) plan folder."""
+    plan = read_plan(folder)
+    s = validate(RawScenario(plan.scenario_data, {}, folder / "scenario.json"))
+    phys = _Physics(s, plan.tables["curves"])
+    ptm = s.demand.peak_to_mean_intra_hour
+    pools = plan.tables["pools"]
+    weight = _slice_hours(s)
+    state = {}
+    for row in pools.itertuples(index=False):
+        key = (row.site, row.workload, row.period, row.day_type, row.hour)
+        p = phys.of(row.config)
+        lam = row.requests_per_s * ptm
+        entry = state.setdefault(key, {"decode_cap": 0.0, "decode_load": 0.0, "decode_itl": 0.0, "decode_first": 0.0,
+                                       "decode_nic": math.inf, "tiers": {}})
+        if row.role == "decode":
+            entry["decode_cap"] += row.replicas * p["decode_rps"]
+            entry["decode_load"] += lam
+            entry["decode_itl"] = max(entry["decode_itl"], p["itl_p99_ms"])
+            entry["decode_first"] = max(entry["decode_first"], (1 + s.serving.itl_tail_factor) * p["step_ms"])
+            entry["decode_nic"] = min(entry["decode_nic"], p["nic"])
+            continue
+        n = int(row.replicas)
+        q = s.workloads[row.workload].slo_attainment
+        capacity = n / p["service_s"] if n else 0.0
+        if lam <= 0:
+            wait_ms, served = 0.0, 1.0
+        elif lam >= capacity:
+            wait_ms, served = math.inf, capacity / lam
+        else:
+            wait_ms, served = float(wait_quantile_s(lam, n, p["service_s"], p["scv"], q)) * 1e3, 1.0
+        if row.role == "colocated" and lam > 0:
+            decode_ok = n * p["decode_rps"] / lam
+            served = min(served, decode_ok)
+        tier = entry["tiers"].setdefault(row.tier, [])
+        tier.append({"role": row.role, "load": lam, "wait_ms": wait_ms, "served": served, "p": p})
+    arcs = []
+    for row in plan.tables["routing"].itertuples(index=False):
+        w = s.workloads[row.workload]
+        entry = state.get((row.site, row.workload, row.period, row.day_type, row.hour))
+        tier_pools = [] if entry is None else [t for t in entry["tiers"].get(row.tier, []) if t["load"] > 0]
+        ttft, itl, served = math.inf, math.inf, 0.0
+        if tier_pools:
+            paths, itls, served = [], [], 1.0
+            for t in tier_pools:
+                p = t["p"]
+                path = t["wait_ms"] + p["prefill_p99_ms"]
+                if t["role"] == "prefill":
+                    nic = min(p["nic"], entry["decode_nic"])
+                    transfer = float(kv_transfer_time_s(w.isl_p99_tokens, p["kv"], nic, s.serving.kv_transfer_latency_ms / 1e3)) * 1e3
+                    path += transfer + entry["decode_first"]
+                    itls.append(entry["decode_itl"])
+                    if entry["decode_load"] > entry["decode_cap"]:
+                        served = min(served, entry["decode_cap"] / entry["decode_load"])
+                else:
+                    itls.append(p["itl_p99_ms"])
+                paths.append(path)
+                served = min(served, t["served"])
+            ttft = row.rtt_ms + s.serving.fixed_overhead_ms + max(paths)
+            itl = max(itls)
+        meets = served >= 1.0 - 1e-9 and ttft <= w.ttft_p99_ms + 1e-6 and itl <= w.itl_p99_ms + 1e-6
+        hours = weight[(row.period, row.day_type, row.hour)]
+        arcs.append({"metro": row.metro, "site": row.site, "workload": row.workload, "tier": row.tier,
+                     "period": row.period, "day_type": row.day_type, "hour": row.hour,
+                     "request_hours": row.requests_per_s * hours, "ttft_p99_ms": ttft, "itl_p99_ms": itl,
+                     "served_share": served, "meets": meets})
+    arcs = pd.DataFrame(arcs, columns=["metro", "site", "workload", "tier", *SLICE, "request_hours", "ttft_p99_ms",
+                                       "itl_p99_ms", "served_share", "meets"])
+    unserved = pd.read_csv(folder / "unserved.csv") if (folder / "unserved.csv").exists() else pd.DataFrame()
+    return _by_workload(s, arcs, unserved, weight), arcs
+
+
+def _slice_hours(s: Scenario) -> dict:
+    from optimizer.demand import build_slices
+
+    slices = build_slices(s)
+    return {(r.period, r.day_type, int(r.hour)): r.weight_hours for r in slices.itertuples()}
+
+
+def _by_workload(s: Scenario, arcs: pd.DataFrame, unserved: pd.DataFrame, weight: dict) -> pd.DataFrame:
+    rows = []
+    for k, w in s.workloads.items():
+        a = arcs[arcs["workload"] == k] if len(arcs) else arcs
+        lost = 0.0
+        if len(unserved):
+            u = unserved[unserved["workload"] == k]
+            lost = float(sum(r.requests_per_s * weight[(r.period, r.day_type, int(r.hour))] for r in u.itertuples()))
+        routed = float(a["request_hours"].sum()) if len(a) else 0.0
+        demand = routed + lost
+        if demand <= 0:
+            continue
+        met = float((a["request_hours"] * a["meets"]).sum())
+        not_served = float((a["request_hours"] * (1 - a["served_share"].clip(0, 1))).sum()) + lost
+        finite = a[np.isfinite(a["ttft_p99_ms"].astype(float))]
+        rows.append({
+            "workload": k, "attainment": met / demand, "required": w.slo_attainment,
+            "passes": met / demand >= w.slo_attainment,
+            "ttft_p99_ms_worst": float(finite["ttft_p99_ms"].max()) if len(finite) else math.inf,
+            "ttft_p99_ms_objective": w.ttft_p99_ms,
+            "itl_p99_ms_worst": float(finite["itl_p99_ms"].max()) if len(finite) else math.inf,
+            "itl_p99_ms_objective": w.itl_p99_ms,
+            "unserved_fraction": not_served / demand,
+        })
+    return pd.DataFrame(rows)
+
+
+def stress(plan_dir, perturb=(), *, demand_factor=1.0, rtt_factor=1.0, lose_site=None, verify=False,
+           requests=2000, seed=0, keep=None, progress=None) -> StressResult:
+    """Evaluate a plan folder under perturbed estimates (see the module docstring)."""
+    work = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="fleetplan-stress-"))
+    try:
+        folder = perturbed_folder(plan_dir, work, perturb, demand_factor, rtt_factor, lose_site)
+        table, arcs = analyze(folder)
+        summary = {
+            "perturb": list(perturb), "demand_factor": demand_factor, "rtt_factor": rtt_factor, "lose_site": lose_site,
+            "attainment_min": float(table["attainment"].min()) if len(table) else 1.0,
+            "unserved_fraction_max": float(table["unserved_fraction"].max()) if len(table) else 0.0,
+            "all_objectives_met": bool(table["passes"].all()) if len(table) else True,
+            "by_workload": table.to_dict("records"),
+        }
+        if verify:
+            from optimizer.verify import verify_plan
+
+            checked = verify_plan(folder, slices="peak", requests=requests, seed=seed, progress=progress)
+            sim = checked.tables["by_pool"].groupby("workload").agg(
+                simulated_ttft_attainment=("ttft_attainment", "min"), simulated_itl_attainment=("itl_attainment", "min"),
+                simulated_goodput_fraction=("goodput_fraction", "min")).reset_index()
+            table = table.merge(sim, on="workload", how="left")
+            summary["simulated"] = {k: checked.summary[k] for k in
+                                    ("requests_simulated", "ttft_attainment_min", "itl_attainment_min", "goodput_fraction",
+                                     "all_objectives_met")}
+            summary["all_objectives_met"] = summary["all_objectives_met"] and bool(checked.summary["all_objectives_met"])
+        return StressResult(table, summary, folder, arcs)
+    finally:
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def write_stress(result: StressResult, plan_dir) -> Path:
+    d = Path(plan_dir)
+    tmp = d / ".stress.csv.tmp"
+    result.table.to_csv(tmp, index=False)
+    tmp.replace(d / "stress.csv")
+    tmp = d / ".stress.json.tmp"
+    tmp.write_text(json.dumps(result.summary, indent=2, default=str))
+    tmp.replace(d / "stress.json")
+    return d / "stress.csv"

@@ -1,0 +1,83 @@
+"""Stressing a fixed plan, and robust planning."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from optimizer.cli import main
+from optimizer.plan import make_plan, write_plan
+from optimizer.scenario import DATA_DIR
+from optimizer.stress import stress
+
+US_EAST = DATA_DIR / "scenarios" / "us-east.yaml"
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory):
+    root = tmp_path_factory.mktemp("stress")
+    nominal = write_plan(make_plan(US_EAST), root / "nominal", report=False)
+    robust = write_plan(make_plan(US_EAST, robust=True), root / "robust", report=False)
+    return nominal, robust
+
+
+def test_unperturbed_plan_meets_every_objective(plans):
+    nominal, _ = plans
+    result = stress(nominal)
+    assert result.summary["all_objectives_met"]
+    assert (result.table["attainment"] == 1).all()
+    assert (result.table["unserved_fraction"] == 0).all()
+
+
+def test_slower_decode_lengthens_itl_in_proportion(plans):
+    nominal, _ = plans
+    base = stress(nominal).table.set_index("workload")
+    slow = stress(nominal, ["serving.decode_mbu=×0.8"]).table.set_index("workload")
+    for k in base.index:
+        # memory-bound decode steps: slower HBM stretches the step by up to 1/0.8
+        assert base.loc[k, "itl_p99_ms_worst"] < slow.loc[k, "itl_p99_ms_worst"] <= base.loc[k, "itl_p99_ms_worst"] / 0.8 + 1e-6
+    assert not stress(nominal, ["serving.decode_mbu=×0.8"]).summary["all_objectives_met"]
+
+
+def test_more_demand_never_raises_attainment(plans):
+    nominal, _ = plans
+    previous = 1.0
+    for factor in (1.0, 1.1, 1.3, 1.6):
+        attainment = stress(nominal, demand_factor=factor).summary["attainment_min"]
+        assert attainment <= previous + 1e-12
+        previous = attainment
+    assert previous < 1.0
+
+
+def test_a_lost_site_moves_its_traffic_or_leaves_it_unserved(plans, tmp_path):
+    nominal, _ = plans
+    routing = pd.read_csv(nominal / "routing.csv")
+    busiest = routing.groupby("site")["requests_per_s"].sum().idxmax()
+    result = stress(nominal, lose_site=busiest, keep=tmp_path / "lost")
+    moved = pd.read_csv(tmp_path / "lost" / "routing.csv")
+    assert busiest not in set(moved["site"])
+    unserved = pd.read_csv(tmp_path / "lost" / "unserved.csv")
+    assert moved["requests_per_s"].sum() + unserved["requests_per_s"].sum() == pytest.approx(routing["requests_per_s"].sum())
+    assert result.summary["attainment_min"] < 1.0  # the others' pools were not sized for it
+
+
+def test_robust_plan_costs_more_and_absorbs_what_breaks_the_nominal(plans):
+    nominal, robust = plans
+    sm = json.loads((robust / "summary.json").read_text())
+    base = json.loads((nominal / "summary.json").read_text())
+    assert sm["robust"]["nominal_cost_usd"] == pytest.approx(base["total_cost_usd"])
+    assert sm["total_cost_usd"] > base["total_cost_usd"]
+    assert sm["robust"]["price_of_robustness"] == pytest.approx(sm["total_cost_usd"] / base["total_cost_usd"] - 1)
+    assert not stress(nominal, demand_factor=1.2).summary["all_objectives_met"]
+    assert stress(robust, demand_factor=1.2).summary["all_objectives_met"]
+
+
+def test_stress_cli_writes_stress_csv_and_exit_codes(plans, capsys):
+    nominal, _ = plans
+    assert main(["stress", str(nominal), "--json"]) == 0
+    assert (nominal / "stress.csv").exists()
+    assert main(["stress", str(nominal), "--demand", "×1.6"]) == 7
+    assert main(["stress", str(nominal), "--lose-site", "atlantis"]) == 2
+    assert "unknown site 'atlantis'" in capsys.readouterr().err
