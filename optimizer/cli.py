@@ -216,8 +216,10 @@ def cmd_plan(args) -> int:
 def _plan_text(sm: dict, out) -> str:
     lines = [
         f"plan of '{sm['scenario']}' written to {out}",
-        f"  status {sm['status']}: cost ${sm['total_cost_usd']:,.0f}/year, proven bound ${sm['best_bound_usd']:,.0f}, "
-        f"gap {100 * sm['mip_gap']:.2f} % (target {100 * sm['mip_gap_target']:.2f} %)",
+        f"  status {sm['status']}: cost ${sm['total_cost_usd']:,.0f}/year"
+        + (f" + ${sm['unserved_penalty_usd']:,.0f} penalty for unserved demand" if sm["unserved_penalty_usd"] else "")
+        + f", proven bound ${sm['best_bound_usd']:,.0f}, gap {100 * sm['mip_gap']:.2f} % "
+        f"(target {100 * sm['mip_gap_target']:.2f} %)" + ("" if sm["proven_within_gap"] else " — NOT proven within the target"),
         f"  ${sm['cost_per_million_tokens_usd']:.3f} per million goodput output tokens; "
         f"{sm['goodput_tokens_per_s_avg']:,.0f} tok/s on average, {sm['goodput_tokens_per_s_peak']:,.0f} at peak; "
         f"{sm['tokens_per_s_per_mw']:,.0f} tok/s per MW",

@@ -394,7 +394,13 @@ def _solve_master(inst, model, solver, settings, steps, deadline, largest, guess
         t = time.perf_counter()
         results = _run(solver, model, max((deadline - time.perf_counter()) / max(budget - it, 1), 1.0),
                        settings.mip_gap / 2, settings.threads)
-        status, has_solution = _check(results, kind)
+        try:
+            status, has_solution = _check(results, kind)
+        except TimeLimitNoPlanError:
+            if best is None or bound is None:
+                raise
+            statuses.append("time_limit")  # keep the plans already made
+            break
         statuses.append(status)
         if kind == "bound":
             bound = results.objective_bound
@@ -420,6 +426,9 @@ def _solve_master(inst, model, solver, settings, steps, deadline, largest, guess
             break  # the descent stalled
         if it >= budget:
             break
+    else:
+        if it < budget:
+            statuses.append("time_limit")  # the deadline came before the planned solves
     if best is None:
         raise InfeasibleError(
             "no whole plan fits the sites' supply caps and megawatts: " + "; ".join(last_fit[1].violations[:5]))
