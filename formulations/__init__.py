@@ -1,9 +1,11 @@
 """The planning MIP, one module per concern.
 
 Each module has one entry point, ``add_to(build)``, and a docstring glossary of the sets,
-variables, constraints and cost terms it adds. Modules write cost terms and balance
-contributions into the typed registry (`registry.Terms`); the balancing modules, run last,
-turn those into constraints, and the objective is assembled from the cost terms.
+columns, rows and cost terms it adds; a module whose coefficients can change without a
+rebuild also has ``refresh(lp, inst)``. Modules write cost terms and balance contributions
+into the typed registry (`registry.Terms`); the balancing modules, run last, turn those into
+rows, and the objective is assembled from the cost terms. The result is a
+`linear.LinearProgram` of arrays that a solver backend (`optimizer.backends`) hands to HiGHS.
 
 Order: pools produce flows and GPU loads (prefill, colocated, decode), routing feeds the
 tiers, latency_tiers balances them, procurement supplies nodes, scaling prices on-demand
@@ -12,8 +14,6 @@ balances. `formulations` knows only the `Instance` contract, never `optimizer`.
 """
 
 from __future__ import annotations
-
-import pyomo.environ as pyo
 
 from formulations import (
     capacity,
@@ -27,15 +27,16 @@ from formulations import (
     routing,
     scaling,
 )
+from formulations.linear import LinearProgram
 from formulations.registry import Build, Terms
 
 MODULES = (prefill, colocated, decode, routing, latency_tiers, procurement, scaling, resilience, capacity, power)
 
 
 def structure(inst) -> tuple:
-    """What a built model's index sets depend on. Two instances with the same structure can
-    share one model: `refresh_model` swaps in the other's coefficients (prices, demand,
-    megawatts, caps); the pools' per-request GPU costs are set by the solve loop."""
+    """What a built program's rows and columns depend on. Two instances with the same
+    structure can share one program: `refresh` swaps in the other's coefficients (prices,
+    demand, megawatts, caps); the pools' per-request GPU costs are set by the solve loop."""
     return (
         tuple((st.id, st.slice, st.regime, st.lost_site, st.weight_hours, st.penalty_hours) for st in inst.states),
         tuple(sorted((r, a.metro, a.site, a.workload, a.tier) for r, arcs in inst.arcs.items() for a in arcs)),
@@ -44,26 +45,31 @@ def structure(inst) -> tuple:
         tuple((key, tuple(sorted(c.committed))) for key, c in sorted(inst.contracts.items())),
         tuple(sorted(key for key, cap in inst.ondemand_max.items() if cap > 0)),
         inst.cold_start_hours, inst.warm_fraction, tuple(sorted(inst.node_kw.items())),
-        tuple(sorted(inst.pue.items())), tuple(sorted(inst.gpus_per_node.items())),
+        tuple(sorted(inst.pue.items())), tuple(sorted(inst.gpus_per_node.items())), inst.peak_to_mean,
     )
 
 
-def refresh_model(model, inst) -> None:
+def refresh(lp: LinearProgram, inst) -> list:
+    """Coefficient changes (lists of (kind → [(position, value)])) for a new instance of the
+    same structure."""
+    changes = []
     for module in MODULES:
         hook = getattr(module, "refresh", None)
         if hook is not None:
-            hook(model, inst)
+            changes += hook(lp, inst)
+    return changes
 
 
-def build_model(inst, exact: bool, gpus_per_rps: dict, max_replicas: dict) -> tuple[pyo.ConcreteModel, Terms]:
-    """The MIP for ``inst``. ``gpus_per_rps[(pool, state)]`` seeds the master problem's
-    per-pool GPU cost of a request/s (ignored in exact mode); ``max_replicas`` bounds pools."""
-    model = pyo.ConcreteModel(name=inst.name)
+def build_program(inst, exact: bool, gpus_per_rps: dict, max_replicas: dict) -> tuple[LinearProgram, Terms]:
+    """The MIP for ``inst``. ``gpus_per_rps[(pool, state)]`` prices the master problem's pools
+    (ignored in exact mode); ``max_replicas`` bounds the pool-size choices of exact mode."""
+    lp = LinearProgram()
+    lp.param("gpus_per_rps", gpus_per_rps)
     terms = Terms()
-    model.gpus_per_rps = pyo.Param(sorted(gpus_per_rps), initialize=gpus_per_rps, mutable=True, within=pyo.NonNegativeReals)
-    build = Build(model, inst, terms, exact, max_replicas)
+    build = Build(lp, inst, terms, exact, max_replicas)
     for module in MODULES:
         module.add_to(build)
-    model.cost = pyo.Expression(list(terms.cost), rule=lambda m, c: pyo.quicksum(terms.cost[c]) if terms.cost[c] else 0.0)
-    model.objective = pyo.Objective(expr=pyo.quicksum(model.cost[c] for c in terms.cost), sense=pyo.minimize)
-    return model, terms
+    for items in terms.cost.values():
+        for col, coef in items:
+            lp.add_cost(col, coef)
+    return lp, terms

@@ -1,34 +1,29 @@
 """GPUs of replicas fit the nodes: for every site s, accelerator g and state t
 
-          Σ_{pools on (s,g)} GPUs of their replicas + r[s,g,t]  ≤  GPUs per node · usable nodes[s,g,t]
+          Σ_{pools on (s,g)} GPUs of their replicas − GPUs per node · usable nodes[s,g,t]  ≤  −r[s,g,t]
 
-r is a mutable reserve (0 unless the solve loop found that whole replicas overflowed the
-supply there and asks the next solve to leave room).
-
-Replicas of one pool may sit on nodes of any contract (committed or on-demand); a pool's
-replicas never span accelerator types.
+r (parameter gpu_reserve, 0 unless the solve loop found that whole replicas overflowed the
+supply there and asks the next solve to leave room). Replicas of one pool may sit on nodes
+of any contract; a pool's replicas never span accelerator types.
 """
 
 from __future__ import annotations
 
-import pyomo.environ as pyo
-
+from formulations.linear import Param
 
 
 def add_to(build) -> None:
-    model, inst, terms = build.model, build.inst, build.terms
+    lp, inst, terms = build.lp, build.inst, build.terms
     load = terms.require("gpu_load")
     usable = terms.require("nodes_usable")
     keys = sorted(load)
-    model.gpu_reserve = pyo.Param(keys, initialize=0.0, mutable=True)
-    model.gpu_capacity = pyo.Constraint(
-        keys,
-        rule=lambda m, s, g, t: pyo.quicksum(load[(s, g, t)]) + m.gpu_reserve[s, g, t]
-        <= inst.gpus_per_node[g] * pyo.quicksum(usable.get((s, g, t), [])),
-    )
+    lp.param("gpu_reserve", {key: 0.0 for key in keys})
+    for key in keys:
+        per_node = float(inst.gpus_per_node[key[1]])
+        lp.add_row("gpu_capacity", key, load[key] + [(c, -per_node * v) for c, v in usable.get(key, [])],
+                   upper=Param("gpu_reserve", key, -1.0))
 
 
-def refresh(model, inst) -> None:
-    """No room reserved yet in a reused model."""
-    for key in model.gpu_reserve:
-        model.gpu_reserve[key] = 0.0
+def refresh(lp, inst) -> list:
+    """No room reserved yet in a reused program."""
+    return [lp.set_params("gpu_reserve", {key: 0.0 for key in lp.params["gpu_reserve"]})]

@@ -1,56 +1,49 @@
-"""Shared machinery of the replica pools (prefill, colocated, decode): the flow variable of
+"""Shared machinery of the replica pools (prefill, colocated, decode): the flow column of
 each (pool, state) and how its replicas are counted.
 
-Master mode:  replicas(p, t) = y[p,t] · κ⁻¹ — the GPUs per request/s come from the mutable
-parameter ``gpus_per_rps[p,t]`` = gpus · peak-to-mean / κ[p,t].
+Master mode:  GPUs(p, t) = gpus_per_rps[p,t] · y[p,t], a parameter the solve loop sets to
+              gpus · peak-to-mean / κ[p,t] (κ: requests/s per replica it prices the pool at).
 Exact mode:   replicas n[p,t] ∈ ℤ≥0 and, where the pool queues (prefill, colocated), a
-choice δ[p,t,j] ∈ {0,1} of the pool size j with
+              choice δ[p,t,j] ∈ {0,1} of the pool size j with
               n = Σ_j j·δ_j,   Σ_j δ_j ≤ 1,   peak-to-mean · y ≤ Σ_j f(j)·δ_j
-which is f(n) exactly on the integers (f is convex, so no linear form of it would be).
+              — f(n) exactly on the integers (f is convex below its utilisation cap, so no
+              single linear form of it would be); decode sides add peak-to-mean · y ≤ r_d · n.
 """
 
 from __future__ import annotations
 
-import pyomo.environ as pyo
+from formulations.linear import Param
 
 
-def pool_states(build, role: str) -> list[tuple[int, int]]:
+def pool_states(inst, role: str) -> list[tuple[int, int]]:
     """(pool id, state id) pairs of a role, in a deterministic order."""
-    inst = build.inst
     return [(p.id, st.id) for st in inst.states for p in inst.pools_in(st, role)]
 
 
-def add_pool_flows(build, role: str, name: str):
-    """Flow variable y[p,t] ≥ 0 (requests/s into the pool) and its GPU load."""
-    model, inst, terms = build.model, build.inst, build.terms
-    index = pool_states(build, role)
-    flow = pyo.Var(index, domain=pyo.NonNegativeReals)
-    model.add_component(f"{name}_flow", flow)
+def add_pool_flows(build, role: str) -> dict:
+    """Flow columns y[p,t] ≥ 0 (requests/s into the pool) and their GPU load; returns the
+    column of each (pool, state)."""
+    lp, inst, terms = build.lp, build.inst, build.terms
+    index = pool_states(inst, role)
+    flow = lp.add_cols(f"{role}_flow", index)
     if not build.exact:
-        for pid, sid in index:
-            p = inst.pools[pid]
-            terms.gpu_load[(p.site, p.gpu, sid)].append(model.gpus_per_rps[pid, sid] * flow[pid, sid])
+        for key, col in flow.items():
+            p = inst.pools[key[0]]
+            terms.gpu_load[(p.site, p.gpu, key[1])].append((col, Param("gpus_per_rps", key)))
         return flow
-    queued = role != "decode"
-    replicas = pyo.Var(index, domain=pyo.NonNegativeIntegers)
-    model.add_component(f"{name}_replicas", replicas)
+    replicas = lp.add_cols(f"{role}_replicas", index, integer=True)
     ptm = inst.peak_to_mean
-    sizes = [(pid, sid, j) for pid, sid in index for j in range(1, build.max_replicas[(pid, sid)] + 1)] if queued else []
-    choose = pyo.Var(sizes, domain=pyo.Binary)
-    model.add_component(f"{name}_size", choose)
-    by_pool: dict = {}
-    for pid, sid, j in sizes:
-        by_pool.setdefault((pid, sid), []).append(j)
-    cons = pyo.ConstraintList()
-    model.add_component(f"{name}_exact", cons)
-    for pid, sid in index:
-        p = inst.pools[pid]
-        terms.gpu_load[(p.site, p.gpu, sid)].append(p.gpus * replicas[pid, sid])
-        if queued:
-            js = by_pool.get((pid, sid), [])
-            cons.add(replicas[pid, sid] == sum(j * choose[pid, sid, j] for j in js))
-            cons.add(sum(choose[pid, sid, j] for j in js) <= 1)
-            cons.add(ptm * flow[pid, sid] <= sum(float(p.table[j - 1]) * choose[pid, sid, j] for j in js))
+    for key, col in flow.items():
+        p = inst.pools[key[0]]
+        n = replicas[key]
+        terms.gpu_load[(p.site, p.gpu, key[1])].append((n, float(p.gpus)))
+        if p.table is not None:
+            sizes = range(1, build.max_replicas[key] + 1)
+            choose = lp.add_cols(f"{role}_size", [(*key, j) for j in sizes], upper=1.0, integer=True)
+            lp.add_row(f"{role}_size_sum", key, [(n, 1.0)] + [(choose[(*key, j)], -float(j)) for j in sizes], 0.0, 0.0)
+            lp.add_row(f"{role}_size_one", key, [(choose[(*key, j)], 1.0) for j in sizes], upper=1.0)
+            lp.add_row(f"{role}_slo", key, [(col, ptm)] + [(choose[(*key, j)], -float(p.table[j - 1])) for j in sizes],
+                       upper=0.0)
         if role in ("decode", "colocated"):
-            cons.add(ptm * flow[pid, sid] <= p.decode_rps * replicas[pid, sid])
+            lp.add_row(f"{role}_decode_slots", key, [(col, ptm), (n, -p.decode_rps)], upper=0.0)
     return flow

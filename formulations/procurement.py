@@ -3,8 +3,8 @@ nodes rented on demand per state — variants of one contract, differing only in
 are paid for and whether energy is in the price.
 
 Sets      (s, g) offered site–accelerator pairs; terms T(s,g) the committed contracts priced
-Variables c[s,g,term] ≥ 0   committed nodes (every hour of the year)
-          o[s,g,t] ≥ 0        on-demand nodes in state t (paid for the slice's hours)
+Columns   c[s,g,term] ≥ 0   committed nodes (every hour of the year)
+          o[s,g,t] ≥ 0      on-demand nodes in state t (paid for the slice's hours)
           Integer in exact mode. The master problem keeps them continuous: its plan is made
           whole afterwards (`optimizer.costing.commit`), where node integrality decomposes
           by (site, accelerator) and is solved exactly.
@@ -19,65 +19,60 @@ Cost      reserved/owned: c · $/node-h · 8760;  owned energy: c_owned · node 
 
 from __future__ import annotations
 
-import pyomo.environ as pyo
+from formulations.linear import Param
 
 HOURS_PER_YEAR = 8760.0
 
 
 def add_to(build) -> None:
     build.terms.writes("nodes_usable", "nodes_powered")
-    model, inst, terms = build.model, build.inst, build.terms
+    lp, inst, terms = build.lp, build.inst, build.terms
     committed_index = [(s, g, term) for s, g in inst.site_gpus for term in sorted(inst.contracts[(s, g)].committed)]
-    domain = pyo.NonNegativeIntegers if build.exact else pyo.NonNegativeReals
-    model.committed = pyo.Var(committed_index, domain=domain)
+    lp.param("committed_usd_per_node_hour", {key: inst.contracts[key[:2]].committed[key[2]] for key in committed_index})
+    lp.param("owned_energy_usd_per_node_hour", {key: inst.contracts[key].owned_energy for key in inst.site_gpus})
+    lp.param("ondemand_usd_per_node_hour", {key: inst.contracts[key].ondemand for key in inst.site_gpus})
+    lp.param("committed_max", {key: float(inst.committed_max[key]) for key in inst.site_gpus})
+    lp.param("ondemand_max", {key: float(inst.ondemand_max[key]) for key in inst.site_gpus})
+    committed = lp.add_cols("committed", committed_index, integer=build.exact)
     ondemand_index = [(s, g, st.id) for st in inst.states for s, g in inst.site_gpus
                       if s != st.lost_site and inst.ondemand_max[(s, g)] > 0]
-    model.ondemand = pyo.Var(ondemand_index, domain=domain,
-                             bounds=lambda m, s, g, t: (0, inst.ondemand_max[(s, g)]))
+    ondemand = lp.add_cols("ondemand", ondemand_index, upper=lambda key: Param("ondemand_max", key[:2]),
+                           integer=build.exact)
     terms_of: dict = {}
-    for s, g, term in committed_index:
-        terms_of.setdefault((s, g), []).append(term)
-    model.committed_max = pyo.Param(sorted(terms_of), mutable=True, initialize=lambda m, s, g: inst.committed_max[(s, g)])
-    model.committed_cap = pyo.Constraint(
-        sorted(terms_of),
-        rule=lambda m, s, g: pyo.quicksum(m.committed[s, g, term] for term in terms_of[(s, g)]) <= m.committed_max[s, g],
-    )
-    model.committed_usd_per_node_hour = pyo.Param(
-        committed_index, mutable=True, initialize=lambda m, s, g, term: inst.contracts[(s, g)].committed[term])
-    model.owned_energy_usd_per_node_hour = pyo.Param(
-        inst.site_gpus, mutable=True, initialize=lambda m, s, g: inst.contracts[(s, g)].owned_energy)
-    model.ondemand_usd_per_node_hour = pyo.Param(
-        inst.site_gpus, mutable=True, initialize=lambda m, s, g: inst.contracts[(s, g)].ondemand)
-    has_ondemand = set(ondemand_index)
+    for (s, g, term), col in committed.items():
+        terms_of.setdefault((s, g), []).append(col)
+        rate = Param("committed_usd_per_node_hour", (s, g, term), HOURS_PER_YEAR)
+        terms.add_cost("owned" if term == "owned" else "reserved", col, rate)
+        if term == "owned":
+            terms.add_cost("owned_energy", col, Param("owned_energy_usd_per_node_hour", (s, g), HOURS_PER_YEAR))
+    for key, cols in sorted(terms_of.items()):
+        lp.add_row("committed_cap", key, [(c, 1.0) for c in cols], upper=Param("committed_max", key))
     for st in inst.states:
         for s, g in inst.site_gpus:
             if s == st.lost_site:
                 continue
-            committed = [model.committed[s, g, term] for term in terms_of.get((s, g), [])]
-            usable, powered = list(committed), list(committed)
-            if (s, g, st.id) in has_ondemand:
-                usable.append((1.0 - inst.warm_fraction) * model.ondemand[s, g, st.id])
-                powered.append(model.ondemand[s, g, st.id])
+            cols = terms_of.get((s, g), [])
+            usable = [(c, 1.0) for c in cols]
+            powered = list(usable)
+            col = ondemand.get((s, g, st.id))
+            if col is not None:
+                usable.append((col, 1.0 - inst.warm_fraction))
+                powered.append((col, 1.0))
             terms.nodes_usable[(s, g, st.id)].extend(usable)
             terms.nodes_powered[(s, g, st.id)].extend(powered)
-    for s, g, term in committed_index:
-        rate = model.committed_usd_per_node_hour[s, g, term]
-        terms.add_cost("owned" if term == "owned" else "reserved", HOURS_PER_YEAR * rate * model.committed[s, g, term])
-        if term == "owned":
-            terms.add_cost("owned_energy", HOURS_PER_YEAR * model.owned_energy_usd_per_node_hour[s, g] * model.committed[s, g, term])
-    weight = {st.id: st.weight_hours for st in inst.states}
-    terms.add_cost("ondemand", pyo.quicksum(
-        weight[t] * model.ondemand_usd_per_node_hour[s, g] * model.ondemand[s, g, t] for s, g, t in ondemand_index if weight[t] > 0))
+    for (s, g, sid), col in ondemand.items():
+        hours = inst.states[sid].weight_hours
+        if hours > 0:
+            terms.add_cost("ondemand", col, Param("ondemand_usd_per_node_hour", (s, g), hours))
 
 
-def refresh(model, inst) -> None:
-    """New prices and supply caps for a model of the same structure."""
-    for (s, g, term) in model.committed_usd_per_node_hour:
-        model.committed_usd_per_node_hour[s, g, term] = inst.contracts[(s, g)].committed[term]
-    for (s, g) in inst.site_gpus:
-        model.owned_energy_usd_per_node_hour[s, g] = inst.contracts[(s, g)].owned_energy
-        model.ondemand_usd_per_node_hour[s, g] = inst.contracts[(s, g)].ondemand
-    for (s, g) in model.committed_max:
-        model.committed_max[s, g] = inst.committed_max[(s, g)]
-    for (s, g, t) in model.ondemand:
-        model.ondemand[s, g, t].setub(inst.ondemand_max[(s, g)])
+def refresh(lp, inst) -> list:
+    """New prices and supply caps for a program of the same structure."""
+    return [
+        lp.set_params("committed_usd_per_node_hour", {key: inst.contracts[key[:2]].committed[key[2]]
+                                                      for key in lp.params["committed_usd_per_node_hour"]}),
+        lp.set_params("owned_energy_usd_per_node_hour", {key: inst.contracts[key].owned_energy for key in inst.site_gpus}),
+        lp.set_params("ondemand_usd_per_node_hour", {key: inst.contracts[key].ondemand for key in inst.site_gpus}),
+        lp.set_params("committed_max", {key: float(inst.committed_max[key]) for key in inst.site_gpus}),
+        lp.set_params("ondemand_max", {key: float(inst.ondemand_max[key]) for key in inst.site_gpus}),
+    ]

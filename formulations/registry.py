@@ -1,20 +1,27 @@
-"""The typed registry modules write into: cost terms and the contributions that the
-balancing modules turn into constraints. A balance that is read but was never written is
-an error, so a missing module fails loudly rather than leaving a constraint out."""
+"""The typed registry modules write into: cost terms by category and the contributions that
+the balancing modules turn into rows. A balance that is read but that no module declared
+writing is an error, so a missing module fails loudly rather than leaving a row out."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from formulations.linear import LinearProgram
+
 COST_CATEGORIES = ("reserved", "owned", "owned_energy", "ondemand", "ramp", "egress", "unserved")
+
+
+def _terms() -> dict:
+    return defaultdict(list)
 
 
 @dataclass
 class Terms:
-    """Linear expressions keyed by what they balance.
+    """(column, coefficient) pairs keyed by what they balance; a coefficient is a number or a
+    `linear.Param`.
 
-    cost            category → expressions in US dollars for the horizon
+    cost            category → (column, $ for the horizon per unit)
     tier_inflow     (regime, site, workload, tier, state) → requests/s routed into a tier
     tier_outflow    same key → requests/s the tier's prefill and colocated pools take
     decode_inflow   (site, workload, state) → requests/s leaving disaggregated prefill
@@ -25,19 +32,19 @@ class Terms:
     """
 
     cost: dict[str, list] = field(default_factory=lambda: {c: [] for c in COST_CATEGORIES})
-    tier_inflow: dict = field(default_factory=lambda: defaultdict(list))
-    tier_outflow: dict = field(default_factory=lambda: defaultdict(list))
-    decode_inflow: dict = field(default_factory=lambda: defaultdict(list))
-    decode_outflow: dict = field(default_factory=lambda: defaultdict(list))
-    gpu_load: dict = field(default_factory=lambda: defaultdict(list))
-    nodes_usable: dict = field(default_factory=lambda: defaultdict(list))
-    nodes_powered: dict = field(default_factory=lambda: defaultdict(list))
+    tier_inflow: dict = field(default_factory=_terms)
+    tier_outflow: dict = field(default_factory=_terms)
+    decode_inflow: dict = field(default_factory=_terms)
+    decode_outflow: dict = field(default_factory=_terms)
+    gpu_load: dict = field(default_factory=_terms)
+    nodes_usable: dict = field(default_factory=_terms)
+    nodes_powered: dict = field(default_factory=_terms)
     written: set = field(default_factory=set)
 
-    def add_cost(self, category: str, expr) -> None:
+    def add_cost(self, category: str, col: int, coef) -> None:
         if category not in self.cost:
             raise KeyError(f"unknown cost category {category!r}; known: {', '.join(COST_CATEGORIES)}")
-        self.cost[category].append(expr)
+        self.cost[category].append((col, coef))
 
     def writes(self, *balances: str) -> None:
         """Declare that the calling module contributes to these balances (maybe nothing)."""
@@ -52,15 +59,15 @@ class Terms:
 
 @dataclass
 class Build:
-    """What every module receives: the model, the instance, the registry and the mode.
+    """What every module receives: the linear program, the instance, the registry, the mode.
 
-    exact=False is the master problem: replicas are continuous, a pool's replicas are its
-    flow over its per-replica capacity κ (kept in the mutable parameter ``gpus_per_rps`` so a
-    re-solve updates coefficients instead of rebuilding). exact=True makes replicas integer
-    with the SLO capacity f(n) exact on the integers (small instances and checks only).
+    exact=False is the master problem: replicas are continuous, a pool's GPUs are its flow
+    times the parameter ``gpus_per_rps[(pool, state)]`` (the solve loop re-prices it between
+    solves). exact=True makes replicas integer with the SLO capacity f(n) exact on the
+    integers (small instances and checks only).
     """
 
-    model: object
+    lp: LinearProgram
     inst: object
     terms: Terms
     exact: bool

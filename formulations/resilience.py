@@ -12,14 +12,15 @@ so the plan buys the spare capacity unless no capacity could serve it.
 
 from __future__ import annotations
 
-import pyomo.environ as pyo
-
 
 def add_to(build) -> None:
-    model, inst = build.model, build.inst
+    lp, inst = build.lp, build.inst
     peak = next(st.id for st in inst.states if st.slice == inst.peak_slice and st.lost_site is None)
-    index = [(s, g, st.id) for st in inst.states if st.lost_site is not None
-             for s, g in inst.site_gpus if (s, g, st.id) in model.ondemand.index_set()]
-    model.contingency_nodes = pyo.Constraint(
-        index, rule=lambda m, s, g, t: m.ondemand[s, g, t] == m.ondemand[s, g, peak]
-    )
+    ondemand = lp.cols["ondemand"]
+    for st in inst.states:
+        if st.lost_site is None:
+            continue
+        for s, g in inst.site_gpus:
+            if (s, g, st.id) in ondemand:
+                lp.add_row("contingency_nodes", (s, g, st.id),
+                           [(ondemand[(s, g, st.id)], 1.0), (ondemand[(s, g, peak)], -1.0)], 0.0, 0.0)

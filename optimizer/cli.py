@@ -201,7 +201,7 @@ def cmd_plan(args) -> int:
     else:
         plan = make_plan(args.scenario, args.set or [], time_limit_s=args.time_limit, mip_gap=args.mip_gap,
                          threads=args.threads, exact=args.exact, allow_unserved=args.allow_unserved,
-                         robust=args.robust, progress=progress)
+                         robust=args.robust, backend=args.backend, progress=progress)
     out = write_plan(plan, args.out, report=not args.no_report)
     sm = plan.summary
     if args.json:
@@ -368,6 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--time-limit", type=float, help="seconds for the whole solve (default: the scenario's policy)")
     pl.add_argument("--mip-gap", type=float, help="target relative gap (default: the scenario's policy)")
     pl.add_argument("--threads", type=int)
+    pl.add_argument("--backend", choices=["highs", "pyomo"], default="highs",
+                    help="hand the program to HiGHS directly (default) or through Pyomo's persistent interface")
     pl.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario field by dotted path")
     mode = pl.add_mutually_exclusive_group()
     mode.add_argument("--exact", dest="exact", action="store_const", const=True,

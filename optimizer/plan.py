@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import zipfile
@@ -63,21 +64,22 @@ def versions() -> dict[str, str]:
     return out
 
 
-def settings_from(s: Scenario, time_limit_s=None, mip_gap=None, threads=None, exact=None) -> SolverSettings:
+def settings_from(s: Scenario, time_limit_s=None, mip_gap=None, threads=None, exact=None, backend="highs") -> SolverSettings:
     return SolverSettings(
         time_limit_s=time_limit_s if time_limit_s is not None else s.policy.time_limit_s,
         mip_gap=mip_gap if mip_gap is not None else s.policy.mip_gap,
         threads=threads if threads is not None else s.policy.threads,
         exact=exact,
+        backend=backend,
     )
 
 
 def make_plan(path=None, overrides=(), *, time_limit_s=None, mip_gap=None, threads=None, exact=None,
-              allow_unserved=False, robust=False, progress=None) -> Plan:
+              allow_unserved=False, robust=False, backend="highs", progress=None) -> Plan:
     """Plan a scenario file (default: the reference scenario) with ``--set`` overrides;
     ``robust`` plans with the scenario's robust margins (`robust_plan`)."""
     s, raw = load_scenario(path, list(overrides))
-    settings = settings_from(s, time_limit_s, mip_gap, threads, exact)
+    settings = settings_from(s, time_limit_s, mip_gap, threads, exact, backend)
     if robust:
         return robust_plan(s, raw, settings, allow_unserved=allow_unserved, progress=progress)
     return plan_scenario(s, raw, settings, allow_unserved=allow_unserved, progress=progress)
@@ -411,9 +413,13 @@ def _write_xlsx(plan: Plan, path: Path) -> None:
         pd.DataFrame(fields, columns=["field", "value"]).to_excel(xl, sheet_name="summary", index=False)
         for name in TABLES:
             plan.tables[name].to_excel(xl, sheet_name=name, index=False)
+    stamp = FIXED_DATE.strftime("%Y-%m-%dT%H:%M:%SZ").encode()
     with zipfile.ZipFile(raw) as src, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as dst:
         for info in src.infolist():
-            dst.writestr(zipfile.ZipInfo(info.filename, date_time=FIXED_DATE.timetuple()[:6]), src.read(info.filename))
+            data = src.read(info.filename)
+            if info.filename == "docProps/core.xml":  # openpyxl stamps the save time here
+                data = re.sub(rb'(<dcterms:modified[^>]*>)[^<]*', rb"\g<1>" + stamp, data)
+            dst.writestr(zipfile.ZipInfo(info.filename, date_time=FIXED_DATE.timetuple()[:6]), data)
     raw.unlink()
 
 

@@ -15,30 +15,26 @@ a per-replica capacity κ:
 Exact mode makes replicas integer with f exact on the integers (binaries per pool size);
 for small instances and checks.
 
-Every solve runs under a hard wall-clock guard: HiGHS is asked to stop at its time limit and
-is cancelled if it overruns by more than a few seconds.
+The program is built as arrays (`formulations.linear`) and handed to HiGHS by a backend
+(`optimizer.backends`: straight into highspy by default, or through Pyomo). Every solve runs
+under a hard wall-clock guard.
 """
 
 from __future__ import annotations
 
-import gc
 import math
-import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
-import pyomo.environ as pyo
-from pyomo.contrib.solver.common.results import SolutionStatus, TerminationCondition
-from pyomo.contrib.solver.solvers.highs import Highs
+import numpy as np
 
-from formulations import build_model, refresh_model, structure
+from formulations import build_program, refresh, structure
+from optimizer.backends import BACKENDS, Outcome, gc_paused
 from optimizer.costing import Solution, procurement_table, repair, unserved_penalty_usd
 from optimizer.curves.queueing import servers_needed
-from optimizer.errors import InfeasibleError, NumericalTroubleError, TimeLimitNoPlanError
+from optimizer.errors import InfeasibleError, NumericalTroubleError, ScenarioError, TimeLimitNoPlanError
 from optimizer.instance import Instance, reach
 
-GUARD_MARGIN_S = 5.0
 AUTO_EXACT_BINARIES = 3000
 
 MAX_ROOM_SOLVES = 4  # extra solves allowed to make room where whole replicas overflowed
@@ -54,6 +50,7 @@ class SolverSettings:
     threads: int | None = None
     exact: bool | None = None
     plan_iterations: int = 3
+    backend: str = "highs"
 
 
 @dataclass
@@ -79,18 +76,6 @@ class SolveResult:
     steps: list[SolveStep] = field(default_factory=list)
     model_size: dict = field(default_factory=dict)
     exact: bool = False
-
-
-@contextmanager
-def gc_paused():
-    """Pyomo builds millions of small objects; the cyclic collector only slows that down."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _kappa(pool, n: int) -> float:
@@ -127,59 +112,15 @@ def pool_sizes(inst: Instance) -> tuple[dict, dict]:
     return largest, guess
 
 
-def _status_name(results) -> str:
-    tc = results.termination_condition
-    if tc == TerminationCondition.convergenceCriteriaSatisfied:
-        return "optimal"
-    if tc == TerminationCondition.maxTimeLimit:
-        return "time_limit"
-    if tc in (TerminationCondition.provenInfeasible, TerminationCondition.infeasibleOrUnbounded):
-        return "infeasible"
-    if tc == TerminationCondition.interrupted:
-        return "interrupted"
-    return "error"
+def _extract(lp, x: np.ndarray) -> tuple[dict, dict, dict]:
+    """Flows per (pool, state), routes and unserved demand from a solution vector."""
+    def values(block):
+        return {key: float(x[col]) for key, col in lp.cols.get(block, {}).items() if x[col] > 1e-9}
 
-
-class _Guard:
-    """Cancels a HiGHS run that overruns its limit by more than the margin."""
-
-    def __init__(self, solver: Highs, seconds: float):
-        self.timer = threading.Timer(seconds + GUARD_MARGIN_S, self._cancel, args=(solver,))
-        self.fired = False
-
-    def _cancel(self, solver):
-        self.fired = True
-        solver._solver_model.cancelSolve()  # the highspy object behind the persistent interface
-
-    def __enter__(self):
-        self.timer.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.timer.cancel()
-
-
-def _run(solver: Highs, model, seconds: float, gap: float, threads: int | None):
-    # HiGHS measures its time limit against the instance's accumulated run time
-    solver.config.time_limit = solver._solver_model.getRunTime() + max(seconds, 1.0)
-    solver.config.rel_gap = gap
-    solver.config.threads = threads
-    with _Guard(solver, max(seconds, 1.0)):
-        results = solver.solve(model)
-    return results
-
-
-def _values(var) -> dict:
-    return {k: v for k, v in var.extract_values().items() if v is not None}
-
-
-def _extract(model) -> tuple[dict, dict, dict]:
     flows = {}
-    for name in ("prefill_flow", "colocated_flow", "decode_flow"):
-        flows.update({k: v for k, v in _values(getattr(model, name)).items() if v > 1e-9})
-    routes = {k: v for k, v in _values(model.route).items() if v > 1e-9}
-    unserved = {k: v for k, v in _values(model.unserved).items() if v > 1e-9}
-    return flows, routes, unserved
+    for role in ("prefill", "colocated", "decode"):
+        flows.update(values(f"{role}_flow"))
+    return flows, values("route"), values("unserved")
 
 
 def plan_cost(inst: Instance, sol: Solution) -> float:
@@ -187,64 +128,65 @@ def plan_cost(inst: Instance, sol: Solution) -> float:
 
 
 class ModelCache:
-    """Keeps the last master model and its persistent HiGHS instance. A sweep whose next run
-    has the same structure (`formulations.structure`) — only prices, demand, megawatts or
-    caps changed — refreshes their coefficients instead of rebuilding, and HiGHS starts
-    from its last basis."""
+    """Keeps the last master program and its backend. A sweep whose next run has the same
+    structure (`formulations.structure`) — only prices, demand, megawatts or caps changed —
+    refreshes their coefficients instead of rebuilding."""
 
     def __init__(self):
         self.signature = None
-        self.model = None
-        self.solver = None
-        self.size: dict = {}
+        self.lp = None
+        self.backend = None
         self.reuses = 0
 
-    def prepare(self, inst: Instance, exact: bool, coefficients: dict, largest: dict) -> tuple[float, float]:
-        """Ready a model for ``inst``; returns (build s, hand-off s) — zero build on reuse."""
+    def prepare(self, inst: Instance, exact: bool, coefficients: dict, largest: dict, backend: str) -> tuple[float, float]:
+        """Ready a program for ``inst``; returns (build s, hand-off s) — zero build on reuse."""
+        if backend not in BACKENDS:
+            raise ScenarioError(f"unknown solver backend '{backend}' (expected {', '.join(BACKENDS)})", field="--backend")
         start = time.perf_counter()
-        signature = None if exact else structure(inst)
+        signature = None if exact else (backend, structure(inst))
         with gc_paused():
             if signature is not None and signature == self.signature:
-                refresh_model(self.model, inst)
-                _set_coefficients(self.model, coefficients)
+                self.backend.apply(refresh(self.lp, inst) + [self.lp.set_params("gpus_per_rps", coefficients)])
                 # forget the last run's basis: a run's result must not depend on the one before
-                self.solver._solver_model.clearSolver()
+                self.backend.forget_basis()
                 self.reuses += 1
                 return 0.0, time.perf_counter() - start
-            self.model, _ = build_model(inst, exact, coefficients, largest)
+            self.lp, _ = build_program(inst, exact, coefficients, largest)
             build_s = time.perf_counter() - start
-            self.solver = Highs()
-            self.solver.config.load_solutions = False
-            self.solver.config.raise_exception_on_nonoptimal_result = False
             t = time.perf_counter()
-            self.solver.set_instance(self.model)
+            self.backend = BACKENDS[backend](self.lp)
             handoff_s = time.perf_counter() - t
         self.signature = signature
-        self.size = _model_size(self.solver)
         return build_s, handoff_s
+
+    @property
+    def size(self) -> dict:
+        lp = self.lp
+        return {"variables": lp.n_cols, "integers": int(sum(lp.col_integer)), "rows": lp.n_rows,
+                "nonzeros": len(lp.entries_val)}
 
 
 def solve(inst: Instance, settings: SolverSettings, progress=None, cache: ModelCache | None = None) -> SolveResult:
     """Solve ``inst``: exact mode in one MIP; default mode as plan solves plus a bound solve.
-    Pass a `ModelCache` to reuse a model across runs of the same structure (sweeps)."""
+    Pass a `ModelCache` to reuse a program across runs of the same structure (sweeps)."""
     say = progress or (lambda msg: None)
     largest, guess = pool_sizes(inst)
     if settings.exact is None:
         binaries = sum(n for key, n in largest.items() if inst.pools[key[0]].table is not None)
         settings = replace(settings, exact=binaries <= AUTO_EXACT_BINARIES)
     cache = cache or ModelCache()
-    build_s, handoff_s = cache.prepare(inst, settings.exact, _coefficients(inst, guess), largest)
-    model, solver, size = cache.model, cache.solver, cache.size
+    build_s, handoff_s = cache.prepare(inst, settings.exact, _coefficients(inst, guess), largest, settings.backend)
+    size = cache.size
     say(f"model: {size['variables']:,} variables ({size['integers']:,} integer), {size['rows']:,} rows, "
-        f"{size['nonzeros']:,} nonzeros; " + (f"build {build_s:.1f} s, hand-off {handoff_s:.1f} s" if build_s
-                                             else f"reused, coefficients refreshed in {handoff_s:.1f} s"))
+        f"{size['nonzeros']:,} nonzeros; " + (f"build {build_s:.1f} s, hand-off {handoff_s:.1f} s ({settings.backend})"
+                                             if build_s else f"reused, coefficients refreshed in {handoff_s:.1f} s"))
     deadline = time.perf_counter() + settings.time_limit_s
     steps: list[SolveStep] = []
     solve_start = time.perf_counter()
     if settings.exact:
-        result = _solve_exact(inst, model, solver, settings, steps, deadline)
+        result = _solve_exact(inst, cache, settings, steps, deadline)
     else:
-        result = _solve_master(inst, model, solver, settings, steps, deadline, largest, guess, say)
+        result = _solve_master(inst, cache, settings, steps, deadline, largest, guess, say)
     result.build_seconds, result.handoff_seconds = build_s, handoff_s
     result.solve_seconds = time.perf_counter() - solve_start
     result.model_size = size
@@ -252,55 +194,42 @@ def solve(inst: Instance, settings: SolverSettings, progress=None, cache: ModelC
     return result
 
 
-def _model_size(solver: Highs) -> dict:
-    lp = solver._solver_model.getLp()
-    integrality = list(lp.integrality_)
-    return {
-        "variables": lp.num_col_,
-        "integers": sum(1 for v in integrality if int(v) != 0),
-        "rows": lp.num_row_,
-        "nonzeros": int(lp.a_matrix_.start_[-1]) if lp.num_col_ else 0,
-    }
-
-
-def _check(results, what: str):
-    status = _status_name(results)
-    has_solution = results.solution_status in (SolutionStatus.optimal, SolutionStatus.feasible)
-    if status == "error" and not has_solution:
+def _run(cache: ModelCache, seconds: float, gap: float, settings: SolverSettings, what: str) -> Outcome:
+    """One solve; errors and time limits without any solution become planner-facing errors."""
+    out = cache.backend.solve(seconds, gap, settings.threads)
+    if out.status == "error" and not out.has_solution:
         raise NumericalTroubleError(
             f"HiGHS stopped with an error during the {what} solve and no solution; "
-            "this usually means numerical trouble — check for extreme prices or demands"
-        )
-    if status in ("time_limit", "interrupted") and not has_solution:
+            "this usually means numerical trouble — check for extreme prices or demands")
+    if out.status in ("time_limit", "interrupted") and not out.has_solution:
         raise TimeLimitNoPlanError(
             f"the time limit ran out during the {what} solve before any plan was found; "
-            "raise --time-limit or shrink the scenario"
-        )
-    return status, has_solution
+            "raise --time-limit or shrink the scenario")
+    return out
 
 
-def _solve_exact(inst, model, solver, settings, steps, deadline) -> SolveResult:
+def _solve_exact(inst, cache: ModelCache, settings, steps, deadline) -> SolveResult:
     t = time.perf_counter()
-    results = _run(solver, model, deadline - time.perf_counter(), settings.mip_gap, settings.threads)
-    status, _ = _check(results, "exact")
-    results.solution_loader.load_vars()
-    flows, routes, unserved = _extract(model)
-    whole = {k: int(round(v)) for k, v in _values(model.committed).items() if round(v) > 0}
+    out = _run(cache, deadline - time.perf_counter(), settings.mip_gap, settings, "exact")
+    lp, x = cache.lp, out.x
+    flows, routes, unserved = _extract(lp, x)
+
+    def whole(block):
+        return {key: int(round(x[col])) for key, col in lp.cols.get(block, {}).items() if round(x[col]) > 0}
+
     replicas = {}
-    for name in ("prefill_replicas", "colocated_replicas", "decode_replicas"):
-        replicas.update({k: int(round(v)) for k, v in _values(getattr(model, name)).items() if round(v) > 0})
-    ondemand = {k: int(round(v)) for k, v in _values(model.ondemand).items() if round(v) > 0}
-    sol = Solution(whole, ondemand, flows, replicas, routes, unserved)
-    bound = float(results.objective_bound if results.objective_bound is not None else results.incumbent_objective)
+    for role in ("prefill", "colocated", "decode"):
+        replicas.update(whole(f"{role}_replicas"))
+    sol = Solution(whole("committed"), whole("ondemand"), flows, replicas, routes, unserved)
+    bound = float(out.bound if out.bound is not None else out.objective)
     objective = plan_cost(inst, sol)
-    steps.append(SolveStep("exact", status, results.incumbent_objective, bound, time.perf_counter() - t, objective))
+    steps.append(SolveStep("exact", out.status, out.objective, bound, time.perf_counter() - t, objective))
     gap = max(0.0, (objective - bound) / objective) if objective > 0 else 0.0
-    return SolveResult(status, sol, objective, bound, gap, 0, 0, 0, steps)
+    return SolveResult(out.status, sol, objective, bound, gap, 0, 0, 0, steps)
 
 
-def _set_coefficients(model, coefficients: dict) -> None:
-    for key, value in coefficients.items():
-        model.gpus_per_rps[key] = value
+def _set_coefficients(cache: ModelCache, coefficients: dict) -> None:
+    cache.backend.apply([cache.lp.set_params("gpus_per_rps", coefficients)])
 
 
 def _marginal(pool, n: int) -> float:
@@ -347,10 +276,11 @@ def _tangent_coefficients(inst: Instance, sol: Solution, current: dict) -> dict:
     return out
 
 
-def _reserve_room(model, inst: Instance, sol: Solution, coefficients: dict) -> None:
+def _reserve_room(cache: ModelCache, inst: Instance, sol: Solution, coefficients: dict) -> None:
     """Where the last plan's whole replicas overflowed a supply cap or a site's power, ask the
     next solve to leave room for the rounding: the whole plan's GPUs (kW) there minus the
     master's fractional ones."""
+    lp = cache.lp
     fractional: dict = {}
     for (pid, sid), y in sol.flows.items():
         p = inst.pools[pid]
@@ -359,18 +289,18 @@ def _reserve_room(model, inst: Instance, sol: Solution, coefficients: dict) -> N
     for (pid, sid), n in sol.replicas.items():
         p = inst.pools[pid]
         whole[(p.site, p.gpu, sid)] = whole.get((p.site, p.gpu, sid), 0) + n * p.gpus
-    for key in sol.gpus_short:
-        if key in model.gpu_reserve:
-            room = whole.get(key, 0) - fractional.get(key, 0.0)
-            model.gpu_reserve[key] = max(pyo.value(model.gpu_reserve[key]), room)
+    reserve = {key: max(lp.params["gpu_reserve"][key], whole.get(key, 0) - fractional.get(key, 0.0))
+               for key in sol.gpus_short if key in lp.params["gpu_reserve"]}
+    room = {}
     for (site, sid), over in sol.kw_over.items():
-        if (site, sid) in model.kw_reserve:
-            room = sum(inst.node_kw[g] * inst.pue[site] / inst.gpus_per_node[g] * (whole.get((site, g, sid), 0) - fractional.get((site, g, sid), 0.0))
-                       for g in inst.gpus)
-            model.kw_reserve[site, sid] = max(pyo.value(model.kw_reserve[site, sid]), room, over)
+        if (site, sid) in lp.params["kw_room"]:
+            rounding = sum(inst.node_kw[g] * inst.pue[site] / inst.gpus_per_node[g]
+                           * (whole.get((site, g, sid), 0) - fractional.get((site, g, sid), 0.0)) for g in inst.gpus)
+            room[(site, sid)] = min(lp.params["kw_room"][(site, sid)], inst.power_kw[site] - max(rounding, over))
+    cache.backend.apply([lp.set_params("gpu_reserve", reserve), lp.set_params("kw_room", room)])
 
 
-def _solve_master(inst, model, solver, settings, steps, deadline, largest, guess, say) -> SolveResult:
+def _solve_master(inst, cache: ModelCache, settings, steps, deadline, largest, guess, say) -> SolveResult:
     """Bound solve first (optimistic pooling: its plan consolidates), then a solve priced at
     the pool sizes reachable demand suggests, then tangent descent from the best plan so far.
     Every solve's flows are repaired into a whole plan; the cheapest plan that fits every
@@ -390,35 +320,30 @@ def _solve_master(inst, model, solver, settings, steps, deadline, largest, guess
             kind = "plan"
             base = (best or last_fit)[1]
             coefficients = _tangent_coefficients(inst, base, coefficients)
-        _set_coefficients(model, coefficients)
+        _set_coefficients(cache, coefficients)
         t = time.perf_counter()
-        results = _run(solver, model, max((deadline - time.perf_counter()) / max(budget - it, 1), 1.0),
-                       settings.mip_gap / 2, settings.threads)
         try:
-            status, has_solution = _check(results, kind)
+            out = _run(cache, max((deadline - time.perf_counter()) / max(budget - it, 1), 1.0),
+                       settings.mip_gap / 2, settings, kind)
         except TimeLimitNoPlanError:
             if best is None or bound is None:
                 raise
             statuses.append("time_limit")  # keep the plans already made
             break
-        statuses.append(status)
+        statuses.append(out.status)
         if kind == "bound":
-            bound = results.objective_bound
-            if bound is None and has_solution and status == "optimal":
-                bound = results.incumbent_objective
-        results.solution_loader.load_vars()
-        sol = repair(inst, *_extract(model))
+            bound = out.bound
+        sol = repair(inst, *_extract(cache.lp, out.x))
         cost = plan_cost(inst, sol)
         fits = not sol.gpus_short and not sol.kw_over
-        steps.append(SolveStep(kind, status, results.incumbent_objective, results.objective_bound,
-                               time.perf_counter() - t, cost))
-        say(f"{kind} solve: {status}, linearised ${results.incumbent_objective:,.0f}, whole plan ${cost:,.0f}"
+        steps.append(SolveStep(kind, out.status, out.objective, out.bound, time.perf_counter() - t, cost))
+        say(f"{kind} solve: {out.status}, linearised ${out.objective:,.0f}, whole plan ${cost:,.0f}"
             + ("" if fits else " (overflows supply or power: solving again with room left)")
             + f" ({time.perf_counter() - t:.1f} s)")
         it += 1
         last_fit = (cost, sol)
         if not fits:
-            _reserve_room(model, inst, sol, coefficients)
+            _reserve_room(cache, inst, sol, coefficients)
             continue
         if best is None or cost < best[0] - 1e-6:
             best = (cost, sol)

@@ -1,0 +1,228 @@
+"""Solver backends: hand a `formulations.linear.LinearProgram` to HiGHS and read back what it
+found. Both solve the same arrays; they differ in the road there.
+
+* ``highs`` (default): the arrays go straight into highspy (one `passModel`); coefficient
+  changes between solves (`set_params`) go in as `changeCoeff` / `changeColsCost` /
+  `changeRowsBounds` / `changeColsBounds`, so HiGHS keeps its basis. About 0.3 µs per
+  nonzero to hand over.
+* ``pyomo``: the same program as a Pyomo model solved through Pyomo's persistent HiGHS
+  interface — the reference road, about 30× slower to build and hand over; kept to check
+  the fast road against (tests) and for users who want the Pyomo model.
+
+Every solve runs under a hard wall-clock guard: HiGHS is asked to stop at its time limit
+(measured against the instance's accumulated run time) and is cancelled if it overruns by
+more than GUARD_MARGIN_S — HiGHS can overrun its limit several-fold in presolve.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import highspy
+import numpy as np
+
+from formulations.linear import INF, LinearProgram
+
+GUARD_MARGIN_S = 5.0
+
+
+@contextmanager
+def gc_paused():
+    """Building allocates millions of small objects; the cyclic collector only slows that."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+@dataclass
+class Outcome:
+    status: str  # optimal | time_limit | infeasible | interrupted | error
+    has_solution: bool
+    objective: float | None
+    bound: float | None
+    x: np.ndarray | None
+
+
+class _Guard:
+    """Cancels a HiGHS run that overruns its limit by more than the margin."""
+
+    def __init__(self, highs: highspy.Highs, seconds: float):
+        self.timer = threading.Timer(seconds + GUARD_MARGIN_S, highs.cancelSolve)
+        self.timer.daemon = True
+
+    def __enter__(self):
+        self.timer.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.timer.cancel()
+
+
+def _status(highs: highspy.Highs) -> str:
+    s = highs.getModelStatus()
+    ms = highspy.HighsModelStatus
+    if s == ms.kOptimal:
+        return "optimal"
+    if s in (ms.kTimeLimit, ms.kIterationLimit, getattr(ms, "kSolutionLimit", None)):
+        return "time_limit"
+    if s in (ms.kInfeasible, ms.kUnboundedOrInfeasible):
+        return "infeasible"
+    if s == getattr(ms, "kInterrupt", None):
+        return "interrupted"
+    return "error"
+
+
+def _inf(values) -> np.ndarray:
+    a = np.array(values, dtype=np.float64)
+    a[np.isposinf(a)] = highspy.kHighsInf
+    a[np.isneginf(a)] = -highspy.kHighsInf
+    return a
+
+
+class HighsDirect:
+    """The program in a highspy.Highs instance."""
+
+    name = "highs"
+
+    def __init__(self, lp: LinearProgram):
+        self.lp = lp
+        self.highs = highspy.Highs()
+        self.highs.setOptionValue("output_flag", False)
+        model = highspy.HighsLp()
+        model.num_col_ = lp.n_cols
+        model.num_row_ = lp.n_rows
+        model.col_cost_ = lp.cost_vector()
+        model.col_lower_ = _inf(lp.col_lower)
+        model.col_upper_ = _inf(lp.col_upper)
+        model.row_lower_ = _inf(lp.row_lower)
+        model.row_upper_ = _inf(lp.row_upper)
+        start, index, value = lp.csc()
+        model.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        model.a_matrix_.start_ = start
+        model.a_matrix_.index_ = index
+        model.a_matrix_.value_ = value
+        if any(lp.col_integer):
+            model.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous
+                                  for i in lp.col_integer]
+        self.highs.passModel(model)
+
+    def apply(self, changes: list[dict]) -> None:
+        """Push coefficient, cost and bound changes (from `LinearProgram.set_params`)."""
+        lp, h = self.lp, self.highs
+        for change in changes:
+            for position, value in change.get("coef", ()):
+                h.changeCoeff(lp.entries_row[position], lp.entries_col[position], value)
+            cost = change.get("cost", ())
+            if cost:
+                cols = np.array([c for c, _ in cost], dtype=np.int32)
+                h.changeColsCost(len(cols), cols, np.array([v for _, v in cost]))
+            rows = sorted({r for kind in ("row_lower", "row_upper") for r, _ in change.get(kind, ())})
+            if rows:
+                idx = np.array(rows, dtype=np.int32)
+                h.changeRowsBounds(len(idx), idx, _inf([lp.row_lower[r] for r in rows]), _inf([lp.row_upper[r] for r in rows]))
+            cols = sorted({c for kind in ("col_lower", "col_upper") for c, _ in change.get(kind, ())})
+            if cols:
+                idx = np.array(cols, dtype=np.int32)
+                h.changeColsBounds(len(idx), idx, _inf([lp.col_lower[c] for c in cols]), _inf([lp.col_upper[c] for c in cols]))
+
+    def forget_basis(self) -> None:
+        self.highs.clearSolver()
+
+    def solve(self, seconds: float, gap: float, threads: int | None) -> Outcome:
+        h = self.highs
+        h.setOptionValue("time_limit", h.getRunTime() + max(seconds, 1.0))
+        h.setOptionValue("mip_rel_gap", gap)
+        if threads:
+            h.setOptionValue("threads", threads)
+        with _Guard(h, max(seconds, 1.0)):
+            h.run()
+        info = h.getInfo()
+        has = info.primal_solution_status == 2
+        status = _status(h)
+        x = np.asarray(h.getSolution().col_value) if has else None
+        objective = info.objective_function_value if has else None
+        if info.mip_node_count >= 0 and any(self.lp.col_integer):
+            bound = info.mip_dual_bound
+        else:
+            bound = objective if status == "optimal" else None
+        return Outcome(status, has, objective, bound, x)
+
+
+class PyomoHighs:
+    """The program as a Pyomo model, solved through Pyomo's persistent HiGHS interface.
+    Coefficient changes rebuild the Pyomo model (this road is for checking, not speed)."""
+
+    name = "pyomo"
+
+    def __init__(self, lp: LinearProgram):
+        self.lp = lp
+        self._dirty = True
+        self.model = self.solver = None
+
+    def _build(self) -> None:
+        import pyomo.environ as pyo
+        from pyomo.contrib.solver.solvers.highs import Highs
+        from pyomo.core.expr.numeric_expr import LinearExpression
+
+        lp = self.lp
+        m = pyo.ConcreteModel()
+        m.x = pyo.Var(range(lp.n_cols))
+        for j in range(lp.n_cols):
+            var = m.x[j]
+            var.domain = pyo.Integers if lp.col_integer[j] else pyo.Reals
+            var.setlb(None if lp.col_lower[j] == -INF else lp.col_lower[j])
+            var.setub(None if lp.col_upper[j] == INF else lp.col_upper[j])
+        by_row: dict[int, list] = {}
+        for r, c, v in zip(lp.entries_row, lp.entries_col, lp.entries_val):
+            by_row.setdefault(r, []).append((c, v))
+        m.rows = pyo.ConstraintList()
+        for r in range(lp.n_rows):
+            terms = by_row.get(r, [])
+            expr = LinearExpression(linear_coefs=[v for _, v in terms], linear_vars=[m.x[c] for c, _ in terms])
+            lo = None if lp.row_lower[r] == -INF else lp.row_lower[r]
+            hi = None if lp.row_upper[r] == INF else lp.row_upper[r]
+            m.rows.add(pyo.inequality(lo, expr, hi) if lo != hi else expr == lo)
+        cost = lp.cost
+        m.objective = pyo.Objective(expr=LinearExpression(linear_coefs=list(cost.values()),
+                                                          linear_vars=[m.x[c] for c in cost]))
+        self.solver = Highs()
+        self.solver.config.load_solutions = False
+        self.solver.config.raise_exception_on_nonoptimal_result = False
+        self.solver.set_instance(m)
+        self.model = m
+        self._dirty = False
+
+    def apply(self, changes: list[dict]) -> None:
+        if any(changes):
+            self._dirty = True
+
+    def forget_basis(self) -> None:
+        self._dirty = True
+
+    def solve(self, seconds: float, gap: float, threads: int | None) -> Outcome:
+        from pyomo.contrib.solver.common.results import SolutionStatus
+
+        if self._dirty:
+            self._build()
+        h = self.solver._solver_model  # the highspy object behind the persistent interface
+        self.solver.config.time_limit = h.getRunTime() + max(seconds, 1.0)
+        self.solver.config.rel_gap = gap
+        self.solver.config.threads = threads
+        with _Guard(h, max(seconds, 1.0)):
+            results = self.solver.solve(self.model)
+        has = results.solution_status in (SolutionStatus.optimal, SolutionStatus.feasible)
+        x = None
+        if has:
+            results.solution_loader.load_vars()
+            x = np.array([self.model.x[j].value or 0.0 for j in range(self.lp.n_cols)])
+        return Outcome(_status(h), has, results.incumbent_objective, results.objective_bound, x)
+
+
+BACKENDS = {"highs": HighsDirect, "pyomo": PyomoHighs}
