@@ -286,6 +286,30 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_verify(args) -> int:
+    from optimizer.verify import record_verification, verify_plan, write_verify
+
+    if not (Path(args.plan_dir) / "summary.json").exists():
+        raise ScenarioError("not a plan folder (no summary.json)", field=args.plan_dir)
+    slices = args.slices
+    if slices not in ("peak", "all"):
+        slices = [x.strip() for x in slices.split(",") if x.strip()]
+    progress = None if args.json else (lambda m: print(m, file=sys.stderr))
+    result = verify_plan(args.plan_dir, slices=slices, requests=args.requests, seed=args.seed, progress=progress)
+    write_verify(result, args.plan_dir)
+    record_verification(result, args.plan_dir)
+    sm = result.summary
+    if args.json:
+        _print_json(sm)
+    else:
+        print(result.side_by_side().to_string(index=False, float_format=lambda x: f"{x:,.4g}"))
+        print(f"{sm['requests_simulated']:,} requests simulated in {sm['seconds']:.0f} s; TTFT attainment ≥ "
+              f"{sm['ttft_attainment_min']:.4f}, ITL attainment ≥ {sm['itl_attainment_min']:.4f}, goodput "
+              f"{sm['goodput_fraction']:.4f} → " + ("every objective met" if sm["all_objectives_met"] else "OBJECTIVES MISSED"))
+        print(f"written: {Path(args.plan_dir) / 'verify.csv'}")
+    return 0 if sm["all_objectives_met"] else 7
+
+
 def cmd_stress(args) -> int:
     from optimizer.stress import stress, write_stress
 
@@ -411,6 +435,15 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="write report.html for a plan folder")
     rp.add_argument("plan_dir")
     rp.set_defaults(func=cmd_report)
+
+    vf = sub.add_parser("verify", help="simulate a plan request by request: measured vs predicted p99s")
+    vf.add_argument("plan_dir")
+    vf.add_argument("--slices", default="peak",
+                    help="peak (the busiest hour of each period), all, or PERIOD/DAYTYPE/HOUR,… (default peak)")
+    vf.add_argument("--requests", type=int, default=20000, help="simulated requests per (site, workload, slice)")
+    vf.add_argument("--seed", type=int, default=0)
+    vf.add_argument("--json", action="store_true")
+    vf.set_defaults(func=cmd_verify)
 
     st = sub.add_parser("stress", help="evaluate a fixed plan under perturbed estimates or a lost site")
     st.add_argument("plan_dir")

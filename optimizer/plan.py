@@ -210,7 +210,7 @@ def _slo_table(s: Scenario, inst: Instance, sol, pools_df: pd.DataFrame) -> pd.D
                 "first_token_ms": first, "itl": itl, "mode": "disaggregated" if row.role == "prefill" else "colocated"}
         total = row.p99_wait_ms + c.prefill_p99_ms + transfer + first
         if key not in worst or total > worst[key][0]:
-            worst[key] = (total, path, max(itl, worst.get(key, (0, {"itl": 0}))[1]["itl"]))
+            worst[key] = (total, path, max(itl, worst[key][2] if key in worst else 0.0))
         else:
             worst[key] = (worst[key][0], worst[key][1], max(worst[key][2], itl))
     rows = []

@@ -27,6 +27,7 @@ from optimizer.verify import (ConstantSteps, InvariantError, PoolSpec, StepModel
 from optimizer.verify.engine import TabulatedSteps, _PoolSim
 
 TINY = Path(__file__).parent / "data" / "tiny.yaml"
+HETERO = Path(__file__).parent / "data" / "hetero.yaml"
 SEEDS = 4
 JOBS = 300_000
 
@@ -189,12 +190,20 @@ def test_continuous_batching_never_exceeds_slots_or_kv(h100_70b, colocated):
     assert active.max() < 256  # … not slot-bound
 
 
-def test_the_limit_check_catches_an_admission_that_ignores_kv(h100_70b, monkeypatch):
+def test_the_limit_check_catches_an_admission_that_under_reserves_kv(h100_70b, monkeypatch):
+    """The check measures the KV held (prompt + generated tokens of the running sequences),
+    not the reservations: admission told a tenth of each request's need overflows, and is caught."""
     _, _, r = h100_70b
     arrivals, prompt, output = _long_requests(800)
     spec = PoolSpec(1, 256, kv_budget_bytes(r), r.kv_bytes_per_token, TabulatedSteps(StepModel(r)))
-    monkeypatch.setattr(_PoolSim, "room", lambda self, rep, rid: rep.count < self.batch)
-    with pytest.raises(InvariantError):
+    init = _PoolSim.__init__
+
+    def under_reserving(self, *args, **kw):
+        init(self, *args, **kw)
+        self.need = [x / 10 for x in self.need]
+
+    monkeypatch.setattr(_PoolSim, "__init__", under_reserving)
+    with pytest.raises(InvariantError, match="KV held"):
         simulate_pool(spec, arrivals, prompt, output, check=True)
 
 
@@ -259,6 +268,22 @@ def test_an_adequate_plan_passes_and_a_cut_one_fails(tiny_plans):
         assert (t["ttft_p99_ms_predicted"] > 0).all()
 
 
+def test_a_disaggregated_plan_keeps_its_promise_with_and_without_batched_prefill(tmp_path):
+    """B200 prefill → H100 decode: prefill queue, KV transfer and decode pool all run; the
+    prefill batching switch changes the numbers but not the verdict."""
+    d = write_plan(make_plan(HETERO, exact=True), tmp_path / "hetero")
+    rows = {}
+    for tokens in (0, 8192):
+        res = verify_plan(d, requests=3000, seed=0, prefill_batch_tokens=tokens)
+        assert res.summary["prefill_batch_tokens"] == tokens
+        row = rows[tokens] = res.tables["by_pool"].iloc[0]
+        assert row["ttft_pass"] and row["itl_pass"]
+        assert row["ttft_p99_ms"] <= row["ttft_p99_ms_predicted"]
+        assert row["itl_p99_ms"] <= row["itl_p99_ms_predicted"]
+        assert row["ttft_p50_ms"] > 13.5 + 23.0  # RTT + fixed overheads, plus the pipeline
+    assert rows[0]["ttft_p99_ms"] != rows[8192]["ttft_p99_ms"]
+
+
 def test_same_seed_same_tables_other_seed_other_numbers(tiny_plans):
     ok, _ = tiny_plans
     a = verify_plan(ok, slices="all", requests=2000, seed=7)
@@ -284,3 +309,27 @@ def test_slices_by_name_and_write_verify(tiny_plans):
     summary = json.loads((ok / "verify.json").read_text())
     assert summary["requests_counted"] == res.summary["requests_counted"]
     assert not [p for p in ok.iterdir() if p.name.startswith(".verify")]
+
+
+def test_cli_verify_writes_side_by_side_and_exit_codes(tmp_path, capsys):
+    from optimizer.cli import main
+
+    out = tmp_path / "plan"
+    assert main(["plan", str(Path(__file__).parent / "data" / "hetero.yaml"), "--out", str(out), "--quiet",
+                 "--no-report"]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(out), "--requests", "2000", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    for key in ("requests_simulated", "ttft_attainment_min", "itl_attainment_min", "goodput_fraction", "all_objectives_met"):
+        assert key in printed
+    summary = json.loads((out / "summary.json").read_text())
+    row = summary["verification"]["by_workload"][0]
+    assert row["ttft_p99_ms_measured"] <= row["ttft_p99_ms_objective"] and row["passes"]
+    assert (out / "verify.csv").exists()
+    pools = (out / "pools.csv").read_text().splitlines()
+    header, rows = pools[0].split(","), [r.split(",") for r in pools[1:]]
+    col = header.index("replicas")
+    for r in rows:
+        r[col] = "1"  # one replica per pool: far too few
+    (out / "pools.csv").write_text("\n".join([",".join(header)] + [",".join(r) for r in rows]) + "\n")
+    assert main(["verify", str(out), "--requests", "2000"]) == 7

@@ -236,7 +236,8 @@ class PoolOutcome:
         return d, e, offset
 
 
-def simulate_pool(spec: PoolSpec, arrivals, prompt, output, cached=None, rng=None, check: bool = False) -> PoolOutcome:
+def simulate_pool(spec: PoolSpec, arrivals, prompt, output, cached=None, rng=None, check: bool = False,
+                  initial=None) -> PoolOutcome:
     """Run one replica pool over requests arriving at ``arrivals`` (seconds, any order).
 
     Disaggregated decode (``chunk_tokens`` = 0): a request arrives with its prompt's KV and
@@ -251,21 +252,33 @@ def simulate_pool(spec: PoolSpec, arrivals, prompt, output, cached=None, rng=Non
     kv bytes, for as long as it runs (a colocated request from the start of its prefill),
     so the KV actually held, Σ (prompt + generated) · kv, never exceeds the budget. A
     request alone larger than the budget is admitted only to an empty replica.
+
+    ``initial`` = (replica, context, remaining) arrays: sequences already decoding at time 0
+    (a warm start; they are not reported), each holding ``context`` tokens of KV with
+    ``remaining`` tokens still to emit.
     """
     arr = np.asarray(arrivals, dtype=float)
     n = len(arr)
     prompt = np.asarray(prompt, dtype=np.int64)
     output = np.asarray(output, dtype=np.int64)
     cached = np.zeros(n, np.int64) if cached is None else np.asarray(cached, dtype=np.int64)
-    rep_of = np.full(n, -1, np.int64)
-    first = np.full(n, -1, np.int64)
-    last = np.full(n, -1, np.int64)
     if spec.replicas <= 0 or n == 0:
-        return PoolOutcome(rep_of, first, last, [], [])
+        return PoolOutcome(np.full(n, -1, np.int64), np.full(n, -1, np.int64), np.full(n, -1, np.int64), [], [])
+    init_rep = np.zeros(0, np.int64)
+    if initial is not None and len(initial[0]):
+        init_rep = np.asarray(initial[0], dtype=np.int64)
+        prompt = np.concatenate((prompt, np.asarray(initial[1], dtype=np.int64)))
+        output = np.concatenate((output, np.maximum(np.asarray(initial[2], dtype=np.int64), 1)))
+        cached = np.concatenate((cached, np.zeros(len(init_rep), np.int64)))
+    total = len(prompt)
+    rep_of = np.full(total, -1, np.int64)
+    first = np.full(total, -1, np.int64)
+    last = np.full(total, -1, np.int64)
     sim = _PoolSim(spec, prompt.tolist(), output.tolist(), cached.tolist(), rng, check, rep_of, first, last)
+    sim.warm_start(init_rep.tolist(), n)
     order = np.argsort(arr, kind="stable")
     sim.run(arr[order].tolist(), order.tolist())
-    return PoolOutcome(rep_of, first, last,
+    return PoolOutcome(rep_of[:n], first[:n], last[:n],
                        [np.concatenate(r.log_d) if r.log_d else np.zeros(0) for r in sim.reps],
                        [np.concatenate(r.log_e) if r.log_e else np.zeros(0) for r in sim.reps])
 
@@ -300,6 +313,19 @@ class _PoolSim:
         self.seq = 0
 
     # -- main loop -------------------------------------------------------------------
+
+    def warm_start(self, replicas: list, first_id: int):
+        """Sequences ``first_id``, ``first_id`` + 1, … start decoding at time 0 on ``replicas``."""
+        touched = set()
+        for j, ri in enumerate(replicas):
+            rep = self.reps[ri % len(self.reps)]
+            rid = first_id + j
+            if self.room(rep, rid):
+                self.reserve(rep, rid)
+                self.join(rep, ri % len(self.reps), rid)
+                touched.add(ri % len(self.reps))
+        for ri in sorted(touched):
+            self.plan(self.reps[ri], ri)
 
     def run(self, times: list, order: list):
         events = self.events

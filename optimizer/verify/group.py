@@ -4,12 +4,15 @@ A group is everything that shares replicas: the tiers' prefill and colocated poo
 site and workload, and the site's decode pools they hand off to. Its arrivals are the
 routes (metro → site, tier) of that slice at requests/s × peak-to-mean.
 
-Warm-up and cool-down. Every pool starts empty. The first 10 % of arrivals are not counted
-— or more where a decode batch needs longer to fill: the warm-up lasts at least two mean
-decode durations (mean output × step / tokens per step of the slowest decode or colocated
-config), since until then the batches, and with them the step times, are smaller than in
-steady state. After the counted arrivals, arrivals go on (uncounted) for one more mean
-decode duration so that counted requests finish beside a full batch, not a draining one.
+Warm-up and cool-down. Queues start empty. The first 10 % of arrivals are not counted. A
+decode batch, though, takes several mean decode durations (output × time per token, tens of
+seconds for chat) to fill from empty — longer than 10 % of 20,000 arrivals lasts at a few
+hundred requests/s — and while it fills, steps are shorter than in steady state. So, unless
+``Options.warm_start`` is off, every decode and colocated replica starts with its steady-state
+batch already mid-decode (`steady_state`, `initial_sequences`: Little's law on the step
+curve; these sequences are never counted), and the warm-up lasts at least half a mean decode
+duration. After the counted arrivals, arrivals go on (uncounted) for one more mean decode
+duration, so that counted requests finish beside a full batch rather than a draining one.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from optimizer.curves.cache import cache_kv_share
 from optimizer.curves.lengths import LengthDistribution
 from optimizer.curves.memory import kv_budget_bytes, kv_replication
 from optimizer.curves.roofline import prefill_time_s
+from optimizer.curves.speculative import expected_tokens_per_step
 from optimizer.verify.engine import PoolSpec, StepModel, TabulatedSteps, fifo_pool, simulate_pool
 
 # ITL histogram: bin 0 holds zero gaps (tokens of one speculative step after its first);
@@ -40,7 +44,8 @@ class Options:
 
     prefill_batch_tokens: int = 8192  # 0 serves prompts one at a time on a prefill replica
     warmup_fraction: float = 0.1
-    warmup_decode_durations: float = 2.0
+    warm_start: bool = True  # batching pools start with their steady-state batch mid-decode
+    warmup_decode_durations: float = 0.5  # warm-up lasts at least this many mean decode durations
     cooldown_decode_durations: float = 1.0
     cap_s: float = 3600.0  # at most this long a measured window (fewer requests at low load)
     check: bool = False  # assert the slot/KV limits inside the replica pools
@@ -130,7 +135,8 @@ class PlanModel:
         spec = self.s.serving.speculative
         if c["role"] == "colocated":
             share = cache_kv_share(self.s.serving.resident_prefixes, w.shared_prefix_tokens, kvt, budget)
-            return PoolSpec(replicas, int(c["batch"]), budget * (1.0 - share), kvt, self.steps(cid), int(c["chunk_tokens"]))
+            return PoolSpec(replicas, int(c["batch"]), budget * (1.0 - share), kvt, self.steps(cid),
+                            int(c["chunk_tokens"]))
         speculative = _truthy(c["speculative"])
         return PoolSpec(replicas, int(c["batch"]), budget, kvt, self.steps(cid), 0,
                         (spec.draft_tokens, spec.acceptance_rate) if speculative else None)
@@ -161,6 +167,47 @@ def _share(weights, replicas) -> np.ndarray:
     return w / w.sum()
 
 
+def steady_state(spec: PoolSpec, rate_per_replica: float, w, speculative_tokens: float = 1.0):
+    """(sequences decoding per replica, mean seconds a request decodes) in steady state, by
+    Little's law N = λ · (output / tokens per step) · iteration(N), iterated to its fixed
+    point. A colocated replica spends the share ρ = λ · chunks per prompt · chunk iteration
+    of its time on iterations that carry a chunk, so its mean iteration is
+    1 / ((1 − ρ)/decode step + ρ/chunk iteration). Only a warm start and the length of
+    warm-up/cool-down depend on it, never a measured figure."""
+    steps = spec.steps
+    context = np.array([w.isl_mean_tokens + w.osl_mean_tokens / 2.0])
+    per_request = w.osl_mean_tokens / max(speculative_tokens, 1.0)
+    kv_cap = spec.kv_budget_bytes / ((w.isl_mean_tokens + w.osl_mean_tokens) * spec.kv_bytes_per_token)
+    cap = max(0.95 * min(spec.batch, kv_cap), 1.0)
+    new = max(w.isl_mean_tokens - w.prompt_cache_hit_rate * min(w.shared_prefix_tokens, w.isl_mean_tokens), 1.0)
+    n, iteration = 1.0, 0.0
+    for _ in range(40):
+        b = max(int(round(n)), 1)
+        iteration = float(steps.decode(b, context)[0])
+        if spec.chunk_tokens:
+            c = spec.chunk_tokens
+            mixed = float(np.asarray(steps.mixed(b, context, np.array([float(c)]), np.array([new / 2.0])))[0])
+            busy = min(0.95, rate_per_replica * (new / c + 0.5) * mixed)
+            iteration = 1.0 / ((1.0 - busy) / iteration + busy / mixed)  # mean time per iteration
+        n = 0.5 * n + 0.5 * min(rate_per_replica * per_request * iteration, cap)
+    return n, per_request * iteration
+
+
+def initial_sequences(rng, replicas: int, per_replica: float, isl: LengthDistribution, osl: LengthDistribution):
+    """Sequences caught mid-decode at a random instant of steady state: Poisson(N) per
+    replica; the output of one in progress is length-biased (∝ its length), its progress
+    uniform within it."""
+    counts = rng.poisson(per_replica, replicas)
+    total = int(counts.sum())
+    if total == 0:
+        return None
+    candidates = osl.sample(rng, max(256, 8 * total)).astype(float)
+    length = candidates[rng.choice(len(candidates), total, p=candidates / candidates.sum())].astype(np.int64)
+    done = np.floor(rng.random(total) * length).astype(np.int64)
+    prompt = isl.sample(rng, total)
+    return np.repeat(np.arange(replicas), counts), prompt + done, np.maximum(length - done, 1)
+
+
 def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Options) -> GroupResult | None:
     s = model.s
     w = s.workloads[g.workload]
@@ -173,7 +220,37 @@ def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Op
     lam = float(rates.sum())
     entry = [p for p in g.pools if p.role in ("prefill", "colocated")]
     decode = [p for p in g.pools if p.role == "decode"]
-    fill = max([model.decode_seconds(p.config) for p in g.pools if p.role != "prefill"], default=0.0)
+    isl_dist = LengthDistribution(w.isl_mean_tokens, w.isl_p99_tokens, m.max_context)
+    osl_dist = LengthDistribution(w.osl_mean_tokens, w.osl_p99_tokens, m.max_context)
+
+    # flow shares: a tier's load over its prefill/colocated pools, prefill output over the decode pools
+    route_tier = np.array([r.tier for r in routes])
+    entry_share = {}
+    for tier in np.unique(route_tier):
+        cands = [i for i, p in enumerate(entry) if p.tier == tier]
+        if cands:
+            entry_share[int(tier)] = (cands, _share([entry[i].requests_per_s for i in cands],
+                                                    [entry[i].replicas for i in cands]))
+    decode_share = _share([q.requests_per_s for q in decode], [q.replicas for q in decode]) if decode else None
+    entry_rate = np.zeros(len(entry))
+    for tier, (cands, p) in entry_share.items():
+        entry_rate[cands] += rates[route_tier == tier].sum() * p
+    prefill_rate = sum(entry_rate[i] for i, p in enumerate(entry) if p.role == "prefill")
+    pool_rate = {("entry", i): entry_rate[i] for i, p in enumerate(entry) if p.role == "colocated"}
+    pool_rate.update({("decode", j): prefill_rate * decode_share[j] for j in range(len(decode))})
+
+    # steady state of every batching pool: warm start, and how long warm-up and cool-down last
+    draft = s.serving.speculative
+    tokens_per_step = float(expected_tokens_per_step(draft.acceptance_rate, draft.draft_tokens))
+    steady = {}
+    for key, rate in pool_rate.items():
+        pool = entry[key[1]] if key[0] == "entry" else decode[key[1]]
+        if pool.replicas <= 0:
+            continue
+        spec = model.pool_spec(pool.config, pool.replicas)
+        steady[key] = steady_state(spec, rate / pool.replicas, w, tokens_per_step if spec.speculative else 1.0)
+    fill = max((sec for _, sec in steady.values()), default=0.0)
+
     main = max(min(int(requests), int(math.ceil(lam * opt.cap_s))), 10)
     n_warm0 = int(math.ceil(opt.warmup_fraction * main))
     counted_n = main - n_warm0
@@ -181,39 +258,42 @@ def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Op
     n_cool = int(math.ceil(lam * opt.cooldown_decode_durations * fill))
     n = n_warm + counted_n + n_cool
 
-    streams = [np.random.default_rng(x) for x in group_seed(seed, g).spawn(5)]
-    rng_arr, rng_len, rng_route, rng_spec_seed, rng_pool = streams
+    streams = [np.random.default_rng(x) for x in group_seed(seed, g).spawn(6)]
+    rng_arr, rng_len, rng_route, rng_spec_seed, rng_pool, rng_warm = streams
     t = np.cumsum(rng_arr.exponential(1.0 / lam, n))
     route = rng_route.choice(len(routes), n, p=rates / lam)
-    isl = LengthDistribution(w.isl_mean_tokens, w.isl_p99_tokens, m.max_context).sample(rng_len, n)
-    osl = LengthDistribution(w.osl_mean_tokens, w.osl_p99_tokens, m.max_context).sample(rng_len, n)
+    isl = isl_dist.sample(rng_len, n)
+    osl = osl_dist.sample(rng_len, n)
     hit = rng_len.random(n) < w.prompt_cache_hit_rate
     cached = np.where(hit, np.minimum(int(w.shared_prefix_tokens), isl - 1), 0).astype(np.int64)
     counted = np.zeros(n, bool)
     counted[n_warm:n_warm + counted_n] = True
 
     # each request enters one prefill/colocated pool of its route's tier, by the plan's flow shares
-    tiers = np.array([r.tier for r in routes])[route]
+    tiers = route_tier[route]
     pool_of = np.full(n, -1, np.int64)
-    for tier in np.unique(tiers):
-        cands = [i for i, p in enumerate(entry) if p.tier == tier]
+    for tier, (cands, p) in entry_share.items():
         mask = tiers == tier
-        if cands:
-            p = _share([entry[i].requests_per_s for i in cands], [entry[i].replicas for i in cands])
-            pool_of[mask] = np.asarray(cands)[rng_pool.choice(len(cands), int(mask.sum()), p=p)]
+        pool_of[mask] = np.asarray(cands)[rng_pool.choice(len(cands), int(mask.sum()), p=p)]
 
     first_time = np.full(n, np.inf)
     ok_gaps = np.zeros(n, np.int64)
     hist = np.zeros(HIST_BINS)
     obj_s = w.itl_p99_ms / 1e3
-    spec_streams = iter(np.random.default_rng(x) for x in np.random.SeedSequence(rng_spec_seed.integers(2**63)).spawn(len(entry) + len(decode)))
+    spec_seeds = np.random.SeedSequence(rng_spec_seed.integers(2**63)).spawn(len(entry) + len(decode))
+    spec_streams = iter(np.random.default_rng(x) for x in spec_seeds)
 
-    def run_replicas(spec, idx, arrive):
+    def run_replicas(key, pool, idx, arrive):
         """Simulate one replica pool for requests ``idx`` arriving at ``arrive``; fill their
         first-token times, ITL counts and the histogram."""
         if len(idx) == 0:
             return
-        out = simulate_pool(spec, arrive, isl[idx], osl[idx], cached[idx], rng=next(spec_streams), check=opt.check)
+        spec = model.pool_spec(pool.config, pool.replicas)
+        initial = None
+        if opt.warm_start and key in steady:
+            initial = initial_sequences(rng_warm, pool.replicas, steady[key][0], isl_dist, osl_dist)
+        out = simulate_pool(spec, arrive, isl[idx], osl[idx], cached[idx], rng=next(spec_streams), check=opt.check,
+                            initial=initial)
         served = out.replica >= 0
         if not served.any():
             return
@@ -235,10 +315,11 @@ def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Op
         hist[0] += zero[c].sum()
 
     decode_in: list[list] = [[] for _ in decode]
+    kv = kv_bytes_per_token(w, m)
     for i, p in enumerate(entry):
         idx = np.flatnonzero(pool_of == i)
         if p.role == "colocated":
-            run_replicas(model.pool_spec(p.config, p.replicas), idx, t[idx])
+            run_replicas(("entry", i), p, idx, t[idx])
             continue
         r = model.replica(p.config)
         service = prefill_time_s(r, isl[idx], cached[idx])
@@ -247,9 +328,7 @@ def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Op
                             batch_service=lambda tok, cac, r=r: prefill_time_s(r, tok, cac))
         if not decode:
             continue
-        share = _share([q.requests_per_s for q in decode], [q.replicas for q in decode])
-        to = rng_pool.choice(len(decode), len(idx), p=share)
-        kv = kv_bytes_per_token(w, m)
+        to = rng_pool.choice(len(decode), len(idx), p=decode_share)
         for j, q in enumerate(decode):
             sel = to == j
             nic = min(float(model.curves[p.config]["nic_gb_s"]), float(model.curves[q.config]["nic_gb_s"])) * 1e9
@@ -259,14 +338,15 @@ def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Op
         if decode_in[j]:
             idx = np.concatenate([a for a, _ in decode_in[j]])
             arrive = np.concatenate([b for _, b in decode_in[j]])
-            run_replicas(model.pool_spec(q.config, q.replicas), idx, arrive)
+            run_replicas(("decode", j), q, idx, arrive)
 
     rtt = np.array([r.rtt_ms for r in routes])[route]
     ttft = rtt + s.serving.fixed_overhead_ms + (first_time - t) * 1e3
     c = counted
     metros = np.array([r.metro for r in routes], dtype=object)[route]
     return GroupResult(g, n, metros[c], ttft[c], osl[c], osl[c] - 1, ok_gaps[c], hist,
-                       {"warmup": n_warm, "cooldown": n_cool, "arrival_rate": lam})
+                       {"warmup": n_warm, "cooldown": n_cool, "arrival_rate": lam, "decode_seconds": fill,
+                        "steady_batch": {f"{k[0]}{k[1]}": v[0] for k, v in steady.items()}})
 
 
 def _bins(d_s: np.ndarray) -> np.ndarray:
