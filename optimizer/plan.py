@@ -32,9 +32,12 @@ import pandas as pd
 
 from optimizer.baseline import baseline
 from optimizer.checks import preflight
+from optimizer.configs import make_replica
 from optimizer.costing import procurement_table, unserved_penalty_usd
 from optimizer.curves.economics import cost_per_million_tokens_usd
 from optimizer.curves.queueing import wait_quantile_s
+from optimizer.curves.roofline import decode_step_time_s, mixed_step_time_s
+from optimizer.curves.speculative import speculative_step_time_s
 from optimizer.errors import InfeasibleError, TimeLimitNoPlanError
 from optimizer.instance import Instance, build_instance
 from optimizer.network import build_graph, rtt_matrix
@@ -180,35 +183,85 @@ def _rtt_lookup(inst: Instance) -> dict:
     return {(a.metro, a.site): a.rtt_ms for a in inst.arcs["nominal"]}
 
 
+class _Settled:
+    """Where a pool really runs. Below capacity, continuous batching settles at the batch b*
+    where b = λ_replica · (output tokens / tokens per step) · step(b) — smaller than the
+    operating batch the pool was sized at, so steps (and colocated iterations, and with them
+    the prefill lane) are faster than at full load. Predictions use b*; sizing does not."""
+
+    def __init__(self, s: Scenario, inst: Instance):
+        self.s, self.inst = s, inst
+        self._steps: dict = {}
+
+    def _step_table(self, c):
+        if c.id not in self._steps:
+            s = self.s
+            w = s.workloads[c.workload]
+            r = make_replica(s.models[w.model], s.accelerators[c.gpu], s.serving, c.gpus, w.weight_dtype, w.kv_dtype)
+            b = np.arange(1, max(c.batch, 1) + 1, dtype=float)
+            context = w.isl_mean_tokens + w.osl_mean_tokens / 2
+            if c.role == "colocated":
+                steps = mixed_step_time_s(r, b, context, c.chunk_tokens, w.isl_mean_tokens / 2)
+            elif c.speculative:
+                spec = s.serving.speculative
+                steps = speculative_step_time_s(r, b, context, spec.draft_tokens, spec.draft_cost_ratio)
+            else:
+                steps = decode_step_time_s(r, b, context)
+            self._steps[c.id] = np.asarray(steps, dtype=float)
+        return self._steps[c.id]
+
+    def step_ms(self, pool, load_rps: float, replicas: int) -> float:
+        """Step (iteration) time at the settled batch for this pool's load, in ms."""
+        c = pool.config
+        steps = self._step_table(c)
+        if replicas <= 0 or load_rps <= 0:
+            return float(steps[0]) * 1e3
+        per_replica = self.inst.peak_to_mean * load_rps / replicas
+        in_flight = per_replica * self.s.workloads[c.workload].osl_mean_tokens / c.tokens_per_step * steps
+        fits = in_flight <= np.arange(1, len(steps) + 1)
+        settled = int(np.argmax(fits)) if fits.any() else len(steps) - 1
+        return float(steps[settled]) * 1e3
+
+
 def _slo_table(s: Scenario, inst: Instance, sol, pools_df: pd.DataFrame) -> pd.DataFrame:
     """Predicted p99 TTFT and ITL per (metro, workload, site, tier) routed in any nominal
     slice. A tier may hold a prefill and a colocated pool; each request takes one of them, so
     the prediction is the slowest path of a pool that carries load, at its worst slice:
       disaggregated: queue + prefill(p99) + KV transfer + first token; ITL from the decode pools;
-      colocated:     queue + chunked prefill(p99); ITL from the colocated iteration."""
+      colocated:     queue + chunked prefill(p99); ITL from the colocated iteration.
+    Steps are read at the batch each pool settles at under its load (`_Settled`)."""
     nominal = pools_df[pools_df["lost_site"].isna()] if len(pools_df) else pools_df
-    configs = {p.config.id: p.config for p in inst.pools}
+    configs = {p.config.id: p for p in inst.pools}
+    settled = _Settled(s, inst)
+    tail = s.serving.itl_tail_factor
     rtt_of = _rtt_lookup(inst)
-    decode_itl: dict = {}
+    decode_step: dict = {}
     for row in nominal.itertuples():
         if row.role == "decode":
-            decode_itl[(row.site, row.workload)] = max(decode_itl.get((row.site, row.workload), 0.0),
-                                                       configs[row.config].itl_p99_ms)
+            key = (row.site, row.workload, row.period, row.day_type, row.hour)
+            decode_step[key] = max(decode_step.get(key, 0.0), settled.step_ms(configs[row.config], row.requests_per_s, row.replicas))
     worst: dict = {}
     for row in nominal.itertuples():
         if row.role == "decode" or row.requests_per_s <= 0:
             continue
-        c = configs[row.config]
+        pool = configs[row.config]
+        c = pool.config
         key = (row.site, row.workload, row.tier)
         if row.role == "prefill":
             transfer = inst.transfer_ms.get((row.site, row.workload), 0.0)
-            first = inst.handoff_ms.get((row.site, row.workload), 0.0) - transfer
-            itl = decode_itl.get((row.site, row.workload), 0.0)
+            step = decode_step.get((row.site, row.workload, row.period, row.day_type, row.hour), 0.0)
+            first, itl = (1 + tail) * step, tail * step
+            prefill, wait = c.prefill_p99_ms, row.p99_wait_ms
         else:
-            transfer, first, itl = 0.0, 0.0, c.itl_p99_ms
-        path = {"queue_ms": row.p99_wait_ms, "prefill_ms": c.prefill_p99_ms, "transfer_ms": transfer,
+            step = settled.step_ms(pool, row.requests_per_s, row.replicas)
+            faster = step / c.step_ms  # the prefill lane moves with the iteration
+            transfer, first, itl = 0.0, 0.0, tail * step
+            prefill = c.prefill_p99_ms * faster
+            wait = float(wait_quantile_s(inst.peak_to_mean * row.requests_per_s, row.replicas, c.service_mean_s * faster,
+                                         c.service_scv, s.workloads[row.workload].slo_attainment)) * 1e3
+        path = {"queue_ms": wait, "prefill_ms": prefill, "transfer_ms": transfer,
                 "first_token_ms": first, "itl": itl, "mode": "disaggregated" if row.role == "prefill" else "colocated"}
-        total = row.p99_wait_ms + c.prefill_p99_ms + transfer + first
+        total = wait + prefill + transfer + first
         if key not in worst or total > worst[key][0]:
             worst[key] = (total, path, max(itl, worst[key][2] if key in worst else 0.0))
         else:
