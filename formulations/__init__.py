@@ -40,7 +40,7 @@ def structure(inst) -> tuple:
     return (
         tuple((st.id, st.slice, st.regime, st.lost_site, st.weight_hours, st.penalty_hours) for st in inst.states),
         tuple(sorted((r, a.metro, a.site, a.workload, a.tier) for r, arcs in inst.arcs.items() for a in arcs)),
-        tuple((p.role, p.regime, p.site, p.workload, p.tier, p.gpu) for p in inst.pools),
+        tuple((p.role, p.regime, p.site, p.workload, p.tier, p.gpu, p.speed) for p in inst.pools),
         tuple(sorted(inst.demand)),
         tuple((key, tuple(sorted(c.committed))) for key, c in sorted(inst.contracts.items())),
         tuple(sorted(key for key, cap in inst.ondemand_max.items() if cap > 0)),

@@ -6,8 +6,9 @@ Columns   y[p,t] ≥ 0   requests/s the pool takes (its queue is FIFO, Poisson a
 Capacity  via `pools`: the SLO capacity f_p(n) — the largest λ whose p99 wait fits the
           pool's budget with n replicas (Erlang C, Allen–Cunneen) — applied to the
           peak-sized load peak-to-mean · y. Every request leaving a prefill pool continues to
-          a decode pool of the same site (`decode`).
-Registers tier_outflow[(regime, s, k, tier, t)] += y; decode_inflow[(s, k, t)] += y;
+          a decode pool of the same site and decode speed class (`decode`) — the class whose
+          first step its queueing budget left room for.
+Registers tier_outflow[(regime, s, k, tier, t)] += y; decode_inflow[(s, k, class, t)] += y;
           gpu_load[(s, g, t)].
 """
 
@@ -22,4 +23,4 @@ def add_to(build) -> None:
     for (pid, sid), col in add_pool_flows(build, "prefill").items():
         p = inst.pools[pid]
         terms.tier_outflow[(p.regime, p.site, p.workload, p.tier, sid)].append((col, 1.0))
-        terms.decode_inflow[(p.site, p.workload, sid)].append((col, 1.0))
+        terms.decode_inflow[(p.site, p.workload, p.speed, sid)].append((col, 1.0))

@@ -24,7 +24,7 @@ class Terms:
     cost            category → (column, $ for the horizon per unit)
     tier_inflow     (regime, site, workload, tier, state) → requests/s routed into a tier
     tier_outflow    same key → requests/s the tier's prefill and colocated pools take
-    decode_inflow   (site, workload, state) → requests/s leaving disaggregated prefill
+    decode_inflow   (site, workload, speed class, state) → requests/s leaving disaggregated prefill
     decode_outflow  same key → requests/s the decode pools take
     gpu_load        (site, gpu, state) → GPUs replicas occupy
     nodes_usable    (site, gpu, state) → nodes replicas may use

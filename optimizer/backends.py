@@ -17,6 +17,8 @@ more than GUARD_MARGIN_S — HiGHS can overrun its limit several-fold in presolv
 from __future__ import annotations
 
 import gc
+import os
+import sys
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -86,6 +88,22 @@ def _inf(values) -> np.ndarray:
     return a
 
 
+def new_highs() -> highspy.Highs:
+    """A silent highspy.Highs: its banner goes to the process's stdout at the C level on first
+    construction, where it would break `--json` output, so stdout is muted around it."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 1)
+            highs = highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    highs.setOptionValue("output_flag", False)
+    return highs
+
+
 class HighsDirect:
     """The program in a highspy.Highs instance."""
 
@@ -93,8 +111,7 @@ class HighsDirect:
 
     def __init__(self, lp: LinearProgram):
         self.lp = lp
-        self.highs = highspy.Highs()
-        self.highs.setOptionValue("output_flag", False)
+        self.highs = new_highs()
         model = highspy.HighsLp()
         model.num_col_ = lp.n_cols
         model.num_row_ = lp.n_rows

@@ -133,6 +133,7 @@ class ServingConfig:
     itl_p99_ms: float = 0.0
     tokens_per_step: float = 1.0
     decode_rps: float = 0.0  # requests/s the decode side sustains (with utilisation headroom)
+    speed: float = 1.0  # decode: the share of the ITL objective its p99 step is held to
     decode_tokens_per_s: float = 0.0
     nic_bytes_per_s: float = 0.0
     kv_budget_gb: float = 0.0
@@ -175,8 +176,11 @@ def prefill_config(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving
     )
 
 
-def decode_config(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving, speculative: bool) -> ServingConfig | None:
-    """A decode replica at the largest batch meeting the ITL objective (with tail factor).
+def decode_config(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving, speculative: bool,
+                  speed: float = 1.0) -> ServingConfig | None:
+    """A decode replica at the largest batch whose p99 step (with tail factor) meets
+    ``speed`` × the ITL objective — a faster operating point than needed trades GPUs for a
+    shorter first step (it is in every request's TTFT).
 
     Plain: step(b); speculative: T_spec(b) = verify(k+1) + k·ρ_d·step, E tokens per step.
     Requests/s = ρ_max · b · E / (osl_mean · T).
@@ -192,11 +196,12 @@ def decode_config(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving,
         def step_of(b):
             return decode_step_time_s(r, b, context)
         per_step = 1.0
-    b, step = decode_operating_point(step_of, b_max, w.itl_p99_ms / 1e3, s.itl_tail_factor)
+    b, step = decode_operating_point(step_of, b_max, speed * w.itl_p99_ms / 1e3, s.itl_tail_factor)
     if b == 0:
         return None
+    tag = ("decode+spec" if speculative else "decode") + ("" if speed == 1.0 else f"@{speed:g}")
     return ServingConfig(
-        **_base(w, a, r, "decode", "decode+spec" if speculative else "decode", s),
+        **_base(w, a, r, "decode", tag, s), speed=speed,
         batch=b, speculative=speculative, step_ms=step * 1e3, itl_p99_ms=s.itl_tail_factor * step * 1e3,
         tokens_per_step=per_step,
         decode_rps=s.decode_max_utilization * b * per_step / (w.osl_mean_tokens * step),
@@ -249,9 +254,10 @@ def workload_configs(w: Workload, m: Model, a: Accelerator, s: Serving) -> list[
             continue
         if "disaggregated" in s.modes:
             out.append(prefill_config(w, m, a, r, s))
-            out.append(decode_config(w, m, a, r, s, speculative=False))
-            if s.speculative.enabled:
-                out.append(decode_config(w, m, a, r, s, speculative=True))
+            for speed in s.decode_speeds:
+                out.append(decode_config(w, m, a, r, s, speculative=False, speed=speed))
+                if s.speculative.enabled:
+                    out.append(decode_config(w, m, a, r, s, speculative=True, speed=speed))
         if "colocated" in s.modes:
             out.extend(colocated_config(w, m, a, r, s, c) for c in s.colocated_chunk_tokens)
     return [c for c in out if c is not None]

@@ -81,6 +81,7 @@ class Pool:
     queue_budget_ms: float = 0.0
     table: np.ndarray | None = None
     decode_rps: float = 0.0
+    speed: int = -1  # disaggregated pools: the decode speed class (prefill feeds decode of its class)
 
     @property
     def gpus(self) -> int:
@@ -111,7 +112,7 @@ class Instance:
     arcs: dict[str, list[Arc]]  # regime → arcs
     pools: list[Pool]
     tier_pools: dict[tuple, list[int]]  # (regime, site, workload, tier) → prefill/colocated pool ids
-    decode_pools: dict[tuple, list[int]]  # (site, workload) → decode pool ids
+    decode_pools: dict[tuple, list[int]]  # (site, workload, speed class) → decode pool ids
     site_gpus: list[tuple[str, str]]
     gpus_per_node: dict[str, int]
     node_kw: dict[str, float]
@@ -127,8 +128,8 @@ class Instance:
     egress_usd_per_request: dict[str, float]
     output_tokens: dict[str, float]
     input_tokens: dict[str, float]
-    handoff_ms: dict[tuple[str, str], float]  # (site, workload) → KV transfer + first token
-    transfer_ms: dict[tuple[str, str], float]
+    handoff_ms: dict[tuple, float]  # (site, workload, speed class) → KV transfer + first token
+    transfer_ms: dict[tuple[str, str], float]  # (site, workload) → KV transfer of the p99 prompt
     unreachable: list[dict] = field(default_factory=list)
 
     def arcs_in(self, state: State) -> list[Arc]:
@@ -188,16 +189,19 @@ class _PoolFactory:
             )
         return self._tables[key]
 
-    def add(self, role, regime, site, k, tier, c: ServingConfig, budget_ms: float = 0.0) -> int:
+    def add(self, role, regime, site, k, tier, c: ServingConfig, budget_ms: float = 0.0, speed: int = -1) -> int:
         table = self.table(c, budget_ms) if role != "decode" else None
-        self.pools.append(Pool(len(self.pools), role, regime, site, k, tier, c.gpu, c, budget_ms, table, c.decode_rps))
+        self.pools.append(Pool(len(self.pools), role, regime, site, k, tier, c.gpu, c, budget_ms, table, c.decode_rps,
+                               speed))
         return len(self.pools) - 1
 
 
 def _tier_pools(s: Scenario, factory: _PoolFactory, configs, gpus_at, handoff, regimes) -> dict[tuple, list[int]]:
-    """Per (regime, site, workload, tier) and accelerator, the prefill pool and the colocated
-    pool of the config with the most capacity per GPU at that tier's queueing budget
-    (budget = tier budget − prefill of the p99 prompt [− hand-off], floored to whole ms)."""
+    """Per (regime, site, workload, tier) and accelerator, the colocated pool and — for each
+    decode speed class — the prefill pool of the config with the most capacity per GPU at
+    that tier's queueing budget (budget = tier budget − prefill of the p99 prompt [− the
+    class's hand-off], floored to whole ms)."""
+    classes = range(len(s.serving.decode_speeds))
     options: list[tuple[tuple, ServingConfig, float]] = []
     for regime in regimes:
         for site in s.sites:
@@ -207,14 +211,15 @@ def _tier_pools(s: Scenario, factory: _PoolFactory, configs, gpus_at, handoff, r
                     pool_budget = ttft - s.serving.fixed_overhead_ms - bound
                     for g in gpus_at[site]:
                         for c in configs[(k, g)]:
-                            if c.role == "prefill" and (site, k) in handoff:
-                                budget = pool_budget - c.prefill_p99_ms - handoff[(site, k)]
-                            elif c.role == "colocated":
-                                budget = pool_budget - c.prefill_p99_ms
+                            if c.role == "colocated":
+                                paths = [(-1, pool_budget - c.prefill_p99_ms)]
+                            elif c.role == "prefill":
+                                paths = [(h, pool_budget - c.prefill_p99_ms - handoff[(site, k, h)])
+                                         for h in classes if (site, k, h) in handoff]
                             else:
                                 continue
-                            if budget >= 0:
-                                options.append(((regime, site, k, tier, g, c.role), c, float(math.floor(budget))))
+                            options += [((regime, site, k, tier, g, c.role, h), c, float(math.floor(b)))
+                                        for h, b in paths if b >= 0]
     unique = sorted({(c.id, b): (c, b) for _, c, b in options}.items())
     scores = dict(zip((key for key, _ in unique), _per_gpu_scores([v for _, v in unique], s)))
     best: dict[tuple, tuple[float, ServingConfig, float]] = {}
@@ -224,9 +229,9 @@ def _tier_pools(s: Scenario, factory: _PoolFactory, configs, gpus_at, handoff, r
             best[key] = (score, c, budget)
     out: dict[tuple, list[int]] = defaultdict(list)
     for key in sorted(best):
-        regime, site, k, tier, _, role = key
+        regime, site, k, tier, _, role, h = key
         _, c, budget = best[key]
-        out[(regime, site, k, tier)].append(factory.add(role, regime, site, k, tier, c, budget))
+        out[(regime, site, k, tier)].append(factory.add(role, regime, site, k, tier, c, budget, h))
     return dict(out)
 
 
@@ -247,8 +252,8 @@ def _configs(s: Scenario) -> dict[tuple[str, str], list[ServingConfig]]:
     return out
 
 
-def _best_decode(configs: list[ServingConfig]) -> ServingConfig | None:
-    decode = [c for c in configs if c.role == "decode"]
+def _best_decode(configs: list[ServingConfig], speed: float) -> ServingConfig | None:
+    decode = [c for c in configs if c.role == "decode" and c.speed == speed]
     return max(decode, key=lambda c: c.decode_rps / c.gpus, default=None)
 
 
@@ -269,22 +274,27 @@ def build_instance(s: Scenario, rtt: pd.DataFrame) -> Instance:
     factory = _PoolFactory(s, _peak_load(s, demand_df))
     regimes = [NOMINAL, RELAXED] if s.policy.n_minus_1 else [NOMINAL]
 
-    # decode pools and the hand-off each (site, workload) must budget for
+    # decode pools per speed class, and the hand-off each (site, workload, class) budgets for
     decode_pools: dict[tuple, list[int]] = {}
-    handoff: dict[tuple[str, str], float] = {}
+    handoff: dict[tuple, float] = {}
     transfer: dict[tuple[str, str], float] = {}
     for site in s.sites:
         for k, w in s.workloads.items():
-            decode = {g: _best_decode(configs[(k, g)]) for g in gpus_at[site]}
-            decode = {g: c for g, c in decode.items() if c is not None}
             prefill_nics = [c.nic_bytes_per_s for g in gpus_at[site] for c in configs[(k, g)] if c.role == "prefill"]
-            if not decode or not prefill_nics:
+            all_decode = [c for g in gpus_at[site] for c in configs[(k, g)] if c.role == "decode"]
+            if not all_decode or not prefill_nics:
                 continue
             kv = kv_bytes_per_token(w, s.models[w.model])
-            slowest = min(prefill_nics + [c.nic_bytes_per_s for c in decode.values()])
+            slowest = min(prefill_nics + [c.nic_bytes_per_s for c in all_decode])
             transfer[(site, k)] = float(kv_transfer_time_s(w.isl_p99_tokens, kv, slowest, s.serving.kv_transfer_latency_ms / 1e3)) * 1e3
-            handoff[(site, k)] = transfer[(site, k)] + max(first_token_ms(c, s.serving.itl_tail_factor) for c in decode.values())
-            decode_pools[(site, k)] = [factory.add("decode", NOMINAL, site, k, -1, c) for _, c in sorted(decode.items())]
+            for h, speed in enumerate(s.serving.decode_speeds):
+                decode = {g: _best_decode(configs[(k, g)], speed) for g in gpus_at[site]}
+                decode = {g: c for g, c in decode.items() if c is not None}
+                if not decode:
+                    continue
+                handoff[(site, k, h)] = transfer[(site, k)] + max(first_token_ms(c, s.serving.itl_tail_factor) for c in decode.values())
+                decode_pools[(site, k, h)] = [factory.add("decode", NOMINAL, site, k, -1, c, speed=h)
+                                              for _, c in sorted(decode.items())]
 
     tier_pools = _tier_pools(s, factory, configs, gpus_at, handoff, regimes)
     arcs, unreachable = _arcs(s, rtt, tier_pools, regimes)

@@ -155,7 +155,7 @@ def plan_tables(s: Scenario, inst: Instance, result: SolveResult) -> dict[str, p
         p = inst.pools[pid]
         load = sol.flows.get((pid, sid), 0.0)
         pools.append({
-            "site": p.site, "workload": p.workload, "tier": p.tier, "role": p.role, "gpu": p.gpu,
+            "site": p.site, "workload": p.workload, "tier": p.tier, "role": p.role, "speed": p.speed, "gpu": p.gpu,
             "config": p.config.id, "gpus_per_replica": p.gpus, **_slice_columns(inst, sid),
             "replicas": n, "requests_per_s": load,
             "p99_wait_ms": _pool_wait_ms(inst, s, p, load, n),
@@ -238,7 +238,7 @@ def _slo_table(s: Scenario, inst: Instance, sol, pools_df: pd.DataFrame) -> pd.D
     decode_step: dict = {}
     for row in nominal.itertuples():
         if row.role == "decode":
-            key = (row.site, row.workload, row.period, row.day_type, row.hour)
+            key = (row.site, row.workload, row.speed, row.period, row.day_type, row.hour)
             decode_step[key] = max(decode_step.get(key, 0.0), settled.step_ms(configs[row.config], row.requests_per_s, row.replicas))
     worst: dict = {}
     for row in nominal.itertuples():
@@ -249,7 +249,7 @@ def _slo_table(s: Scenario, inst: Instance, sol, pools_df: pd.DataFrame) -> pd.D
         key = (row.site, row.workload, row.tier)
         if row.role == "prefill":
             transfer = inst.transfer_ms.get((row.site, row.workload), 0.0)
-            step = decode_step.get((row.site, row.workload, row.period, row.day_type, row.hour), 0.0)
+            step = decode_step.get((row.site, row.workload, row.speed, row.period, row.day_type, row.hour), 0.0)
             first, itl = (1 + tail) * step, tail * step
             prefill, wait = c.prefill_p99_ms, row.p99_wait_ms
         else:

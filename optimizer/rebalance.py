@@ -1,7 +1,7 @@
 """Repair inside a site: when whole replicas overflow what a site can host of an accelerator
 (its reserved plus on-demand supply caps), move load between the site's interchangeable
 pools — the prefill and colocated pools of one latency tier, the decode pools of one
-workload — so that every accelerator type stays within its supply. Routing is untouched,
+workload and speed class — so that every accelerator type stays within its supply. Routing is untouched,
 so every request keeps its latency tier and its TTFT budget."""
 
 from __future__ import annotations
@@ -83,9 +83,9 @@ def rebalance(inst: Instance, flows: dict[tuple[int, int], float]) -> dict[tuple
             decode_total: dict = defaultdict(float)
             for (pid, _), y in new.items():
                 if inst.pools[pid].role == "prefill":
-                    decode_total[inst.pools[pid].workload] += y
-            for k, total in sorted(decode_total.items()):
-                group = [p for p in state_pools if p.role == "decode" and p.workload == k]
+                    decode_total[(inst.pools[pid].workload, inst.pools[pid].speed)] += y
+            for (k, speed), total in sorted(decode_total.items()):
+                group = [p for p in state_pools if p.role == "decode" and p.workload == k and p.speed == speed]
                 filled = _fill(inst, group, total, room)
                 if filled is None:
                     break

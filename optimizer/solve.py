@@ -323,8 +323,8 @@ def _solve_master(inst, cache: ModelCache, settings, steps, deadline, largest, g
         _set_coefficients(cache, coefficients)
         t = time.perf_counter()
         try:
-            out = _run(cache, max((deadline - time.perf_counter()) / max(budget - it, 1), 1.0),
-                       settings.mip_gap / 2, settings, kind)
+            # each solve may use all the time left: the loop stops at the deadline
+            out = _run(cache, max(deadline - time.perf_counter(), 1.0), settings.mip_gap / 2, settings, kind)
         except TimeLimitNoPlanError:
             if best is None or bound is None:
                 raise

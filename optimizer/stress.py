@@ -235,14 +235,14 @@ def analyze(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         key = (row.site, row.workload, row.period, row.day_type, row.hour)
         p = phys.of(row.config)
         lam = row.requests_per_s * ptm
-        entry = state.setdefault(key, {"decode_cap": 0.0, "decode_load": 0.0, "decode_itl": 0.0, "decode_first": 0.0,
-                                       "decode_nic": math.inf, "tiers": {}})
+        entry = state.setdefault(key, {"decode": {}, "tiers": {}})
         if row.role == "decode":
-            entry["decode_cap"] += row.replicas * p["decode_rps"]
-            entry["decode_load"] += lam
-            entry["decode_itl"] = max(entry["decode_itl"], p["itl_p99_ms"])
-            entry["decode_first"] = max(entry["decode_first"], (1 + s.serving.itl_tail_factor) * p["step_ms"])
-            entry["decode_nic"] = min(entry["decode_nic"], p["nic"])
+            d = entry["decode"].setdefault(row.speed, {"cap": 0.0, "load": 0.0, "itl": 0.0, "first": 0.0, "nic": math.inf})
+            d["cap"] += row.replicas * p["decode_rps"]
+            d["load"] += lam
+            d["itl"] = max(d["itl"], p["itl_p99_ms"])
+            d["first"] = max(d["first"], (1 + s.serving.itl_tail_factor) * p["step_ms"])
+            d["nic"] = min(d["nic"], p["nic"])
             continue
         n = int(row.replicas)
         q = s.workloads[row.workload].slo_attainment
@@ -257,7 +257,7 @@ def analyze(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             decode_ok = n * p["decode_rps"] / lam
             served = min(served, decode_ok)
         tier = entry["tiers"].setdefault(row.tier, [])
-        tier.append({"role": row.role, "load": lam, "wait_ms": wait_ms, "served": served, "p": p})
+        tier.append({"role": row.role, "speed": row.speed, "load": lam, "wait_ms": wait_ms, "served": served, "p": p})
     arcs = []
     for row in plan.tables["routing"].itertuples(index=False):
         w = s.workloads[row.workload]
@@ -270,12 +270,14 @@ def analyze(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                 p = t["p"]
                 path = t["wait_ms"] + p["prefill_p99_ms"]
                 if t["role"] == "prefill":
-                    nic = min(p["nic"], entry["decode_nic"])
+                    d = entry["decode"].get(t["speed"], {"cap": 0.0, "load": 1.0, "itl": math.inf, "first": math.inf,
+                                                         "nic": math.inf})
+                    nic = min(p["nic"], d["nic"])
                     transfer = float(kv_transfer_time_s(w.isl_p99_tokens, p["kv"], nic, s.serving.kv_transfer_latency_ms / 1e3)) * 1e3
-                    path += transfer + entry["decode_first"]
-                    itls.append(entry["decode_itl"])
-                    if entry["decode_load"] > entry["decode_cap"]:
-                        served = min(served, entry["decode_cap"] / entry["decode_load"])
+                    path += transfer + d["first"]
+                    itls.append(d["itl"])
+                    if d["load"] > d["cap"]:
+                        served = min(served, d["cap"] / d["load"])
                 else:
                     itls.append(p["itl_p99_ms"])
                 paths.append(path)

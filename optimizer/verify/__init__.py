@@ -153,7 +153,8 @@ def plan_groups(tables: dict[str, pd.DataFrame], slices) -> list[Group]:
             routes = tuple(Route(x.metro, int(x.tier), float(x.requests_per_s), float(x.rtt_ms))
                            for x in rows.itertuples() if x.requests_per_s > 0)
             here = p[(p["site"] == site) & (p["workload"] == k)]
-            group_pools = tuple(Pool(x.role, int(x.tier), x.config, int(round(x.replicas)), float(x.requests_per_s))
+            group_pools = tuple(Pool(x.role, int(x.tier), x.config, int(round(x.replicas)), float(x.requests_per_s),
+                                     int(getattr(x, "speed", -1)))
                                 for x in here.sort_values(["role", "tier", "config"]).itertuples())
             if routes:
                 groups.append(Group(site, k, period, day_type, int(hour), routes, group_pools))

@@ -67,6 +67,7 @@ class Pool:
     config: str
     replicas: int
     requests_per_s: float
+    speed: int = -1  # prefill feeds the decode pools of its speed class
 
 
 @dataclass(frozen=True)
@@ -231,13 +232,17 @@ def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Op
         if cands:
             entry_share[int(tier)] = (cands, _share([entry[i].requests_per_s for i in cands],
                                                     [entry[i].replicas for i in cands]))
-    decode_share = _share([q.requests_per_s for q in decode], [q.replicas for q in decode]) if decode else None
+    decode_share = {}  # speed class → (decode pool indices, shares)
+    for speed in {q.speed for q in decode}:
+        cands = [j for j, q in enumerate(decode) if q.speed == speed]
+        decode_share[speed] = (cands, _share([decode[j].requests_per_s for j in cands], [decode[j].replicas for j in cands]))
     entry_rate = np.zeros(len(entry))
     for tier, (cands, p) in entry_share.items():
         entry_rate[cands] += rates[route_tier == tier].sum() * p
-    prefill_rate = sum(entry_rate[i] for i, p in enumerate(entry) if p.role == "prefill")
     pool_rate = {("entry", i): entry_rate[i] for i, p in enumerate(entry) if p.role == "colocated"}
-    pool_rate.update({("decode", j): prefill_rate * decode_share[j] for j in range(len(decode))})
+    for speed, (cands, share) in decode_share.items():
+        prefill_rate = sum(entry_rate[i] for i, p in enumerate(entry) if p.role == "prefill" and p.speed == speed)
+        pool_rate.update({("decode", j): prefill_rate * sh for j, sh in zip(cands, share)})
 
     # steady state of every batching pool: warm start, and how long warm-up and cool-down last
     draft = s.serving.speculative
@@ -326,11 +331,14 @@ def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Op
         _, done = fifo_pool(t[idx], p.replicas, service, tokens=isl[idx], cached=cached[idx],
                             batch_tokens=opt.prefill_batch_tokens,
                             batch_service=lambda tok, cac, r=r: prefill_time_s(r, tok, cac))
-        if not decode:
+        if p.speed not in decode_share:
             continue
-        to = rng_pool.choice(len(decode), len(idx), p=decode_share)
+        cands, share = decode_share[p.speed]
+        to = np.asarray(cands)[rng_pool.choice(len(cands), len(idx), p=share)]
         for j, q in enumerate(decode):
             sel = to == j
+            if not sel.any():
+                continue
             nic = min(float(model.curves[p.config]["nic_gb_s"]), float(model.curves[q.config]["nic_gb_s"])) * 1e9
             xfer = s.serving.kv_transfer_latency_ms / 1e3 + isl[idx[sel]] * kv / nic
             decode_in[j].append((idx[sel], done[sel] + xfer))
