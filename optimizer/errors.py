@@ -77,7 +77,7 @@ class VerificationFailed(FleetplanError):
 
 def unknown_id_message(kind: str, value: str, known) -> str:
     """'unknown accelerator 'h100' — did you mean h100-sxm? Known: …'."""
-    known = sorted(known)
+    known = sorted({str(k) for k in known})
     near = get_close_matches(str(value), known, n=3, cutoff=0.5)
     hint = f" — did you mean {', '.join(near)}?" if near else ""
     listed = ", ".join(known) if len(known) <= 30 else ", ".join(known[:30]) + f", … ({len(known)} in all)"

@@ -394,6 +394,11 @@ class Serving(_Strict):
     kv_transfer_latency_ms: float = Field(1.0, ge=0)
     prefill_max_utilization: float = Field(0.85, gt=0, lt=1, description="cap on prefill pool utilisation")
     decode_max_utilization: float = Field(0.85, gt=0, le=1, description="share of decode slots a plan may fill on average")
+    decode_speeds: list[float] = Field(
+        default_factory=lambda: [1.0, 0.6],
+        description="decode operating points offered, as fractions of the ITL objective: faster decode costs "
+                    "GPUs but its shorter first step leaves TTFT budget for prefill queueing",
+    )
     tier_rtt_ms: list[float] = Field(
         default_factory=lambda: [20.0, 45.0, 90.0, 180.0],
         description="latency tiers: metros route to the tier with the smallest bound ≥ their RTT",
@@ -416,7 +421,8 @@ class Serving(_Strict):
             raise ValueError("tp_degrees must list positive GPU counts, e.g. [1, 2, 4, 8]")
         if not self.modes:
             raise ValueError("modes must allow colocated, disaggregated or both")
-        if sorted(self.tier_rtt_ms) != list(self.tier_rtt_ms) or not self.tier_rtt_ms or self.tier_rtt_ms[0] <= 0:
+        tiers = list(self.tier_rtt_ms)
+        if not tiers or sorted(set(tiers)) != tiers or tiers[0] <= 0:
             raise ValueError(f"tier_rtt_ms must be a non-empty increasing list of positive RTT bounds in ms, e.g. "
                              f"[20, 45, 90, 180]; got {self.tier_rtt_ms}")
         if "colocated" in self.modes and (not self.colocated_chunk_tokens or min(self.colocated_chunk_tokens) < 1):
@@ -437,6 +443,8 @@ class Policy(_Strict):
     egress_usd_per_gb: float = Field(0.05, ge=0)
     egress_bytes_per_output_token: float = Field(150.0, ge=0, description="streamed response payload per token")
     k_nearest_sites: int = Field(4, ge=1, description="routing arcs per metro and workload")
+    token_price_provider: str = Field(
+        "reference", description="per-token price list (data/token_prices.csv) the plan's costs are compared with")
     time_limit_s: float = Field(60.0, gt=0)
     mip_gap: float = Field(0.005, gt=0, lt=1)
     threads: int | None = Field(None, ge=1)
@@ -563,6 +571,17 @@ def _is_id(value) -> bool:
     return isinstance(value, (str, int)) and not isinstance(value, bool)
 
 
+def _item_line(items, i: int) -> int | None:
+    """Line of item ``i`` of a YAML list (else of the list)."""
+    lines = getattr(items, "lines", [])
+    return lines[i] if i < len(lines) else getattr(items, "line", None)
+
+
+def _key_line(mapping, key) -> int | None:
+    """Line of ``key`` in a YAML mapping (else of the mapping)."""
+    return getattr(mapping, "key_lines", {}).get(key) or getattr(mapping, "line", None)
+
+
 def _line(value, default=None):
     return getattr(value, "line", None) or default
 
@@ -573,7 +592,7 @@ def _inline_rows(spec: TableSpec, items, yaml_path: Path, where: str, line: int 
                             Origin(str(yaml_path), _line(items, line)), field=where)
     rows = []
     for i, item in enumerate(items):
-        line = getattr(item, "line", None) or getattr(items, "line", None)
+        line = getattr(item, "line", None) or _item_line(items, i)
         if not isinstance(item, dict):
             raise ScenarioError(f"{where}: row {i + 1} should be a mapping of fields, got {item!r}",
                                 Origin(str(yaml_path), line))
@@ -581,7 +600,8 @@ def _inline_rows(spec: TableSpec, items, yaml_path: Path, where: str, line: int 
     return rows
 
 
-def _resolve_table(spec: TableSpec, value, yaml_path: Path, catalogue: Path, warnings: list[str]) -> list[Row]:
+def _resolve_table(spec: TableSpec, value, yaml_path: Path, catalogue: Path, warnings: list[str],
+                   line: int | None = None) -> list[Row]:
     """Apply the table forms described in the module docstring; returns rows with origins."""
     base_dir = yaml_path.parent
     catalogue_file = catalogue / spec.file
@@ -597,25 +617,25 @@ def _resolve_table(spec: TableSpec, value, yaml_path: Path, catalogue: Path, war
             i, bad = next((i, v) for i, v in enumerate(value) if not _is_id(v))
             raise ScenarioError(
                 f"'{spec.name}' should be a list of ids (names) or a list of rows (mappings of fields); "
-                f"item {i + 1} is {bad!r}", Origin(str(yaml_path), _line(value)), field=spec.name)
+                f"item {i + 1} is {bad!r}", Origin(str(yaml_path), _item_line(value, i) or line), field=spec.name)
         else:
             return _inline_rows(spec, value, yaml_path, spec.name)
     if not isinstance(value, dict):
         raise ScenarioError(
-            f"'{spec.name}' should be a CSV path, a list of ids or rows, or a mapping with csv/ids/rows/patch",
-            Origin(str(yaml_path), getattr(value, "line", None)),
+            f"'{spec.name}' should be a CSV path, a list of ids or rows, or a mapping with csv/ids/rows/patch; "
+            f"got {value!r}", Origin(str(yaml_path), _line(value, line)), field=spec.name,
         )
     allowed = {"csv", "ids", "rows", "patch", "provider"} if spec.name == "prices" else {"csv", "ids", "rows", "patch"}
     for k in value:
         if k not in allowed:
             raise ScenarioError(
                 f"unknown key '{k}' in table '{spec.name}' (expected {', '.join(sorted(allowed))})",
-                Origin(str(yaml_path), getattr(value, "line", None)),
+                Origin(str(yaml_path), _key_line(value, k)), field=spec.name,
             )
     for k, kinds, expected in (("csv", str, "a CSV path"), ("ids", list, "a list of ids"),
                                ("patch", dict, "a mapping id → {field: value}"), ("provider", str, "a provider name")):
         if k in value and not isinstance(value[k], kinds):
-            raise ScenarioError(f"expected {expected}, got {value[k]!r}", Origin(str(yaml_path), _line(value)),
+            raise ScenarioError(f"expected {expected}, got {value[k]!r}", Origin(str(yaml_path), _key_line(value, k)),
                                 field=f"{spec.name}.{k}")
     rows = _read_table_csv(spec, base_dir / value["csv"] if "csv" in value else catalogue_file, warnings)
     if "ids" in value:
@@ -625,11 +645,13 @@ def _resolve_table(spec: TableSpec, value, yaml_path: Path, catalogue: Path, war
                                     field=f"{spec.name}.ids")
         wanted = [str(i) for i in value["ids"]]
         present = {r.values.get(spec.key[0]) for r in rows}
-        for i in wanted:
+        item_lines = getattr(value["ids"], "lines", [])
+        for n, i in enumerate(wanted):
             if i not in present:
+                line = item_lines[n] if n < len(item_lines) else getattr(value["ids"], "line", None) or value.line
                 raise ScenarioError(
                     unknown_id_message(spec.name.rstrip("s"), i, present),
-                    Origin(str(yaml_path), getattr(value["ids"], "line", None) or value.line),
+                    Origin(str(yaml_path), line),
                     field=f"{spec.name}.ids",
                 )
         rows = [r for r in rows if r.values.get(spec.key[0]) in set(wanted)]
@@ -650,7 +672,7 @@ def _patch_rows(spec: TableSpec, rows: list[Row], patch, yaml_path: Path, provid
     for key, fields in patch.items():
         if not isinstance(fields, dict):
             raise ScenarioError(f"the patch of '{key}' should be a mapping of fields to new values, got {fields!r}",
-                                Origin(str(yaml_path), _line(patch)), field=f"{spec.name}.patch")
+                                Origin(str(yaml_path), _key_line(patch, key)), field=f"{spec.name}.patch")
         if key not in by_key:
             raise ScenarioError(
                 unknown_id_message(spec.name.rstrip("s"), key, by_key),
@@ -694,18 +716,19 @@ def _sorted_by_key(tree: dict) -> dict:
     return tree
 
 
-def _read_diurnal(value, yaml_path: Path, catalogue: Path, origins: dict, warnings: list[str]) -> dict:
+def _read_diurnal(value, yaml_path: Path, catalogue: Path, origins: dict, warnings: list[str],
+                  line: int | None = None) -> dict:
     """Diurnal profiles: CSV (profile, hour, multiplier) or a mapping profile → 24 values."""
     if isinstance(value, dict):
         for name, values in value.items():
-            origin = Origin(str(yaml_path), _line(values, value.line), f"profile '{name}'")
+            origin = Origin(str(yaml_path), _line(values, _key_line(value, name)), f"profile '{name}'")
             if not isinstance(values, list):
                 raise ScenarioError(f"expected a list of 24 hourly multipliers, got {values!r}", origin)
             origins[("diurnal", str(name))] = origin
         return {str(k): list(v) for k, v in value.items()}
     if value is not None and not isinstance(value, str):
         raise ScenarioError("'diurnal' should be a CSV path (profile, hour, multiplier) or a mapping profile → "
-                            f"24 multipliers, got {value!r}", Origin(str(yaml_path), _line(value)), field="diurnal")
+                            f"24 multipliers, got {value!r}", Origin(str(yaml_path), _line(value, line)), field="diurnal")
     path = catalogue / DIURNAL_FILE if value is None else yaml_path.parent / value
     table = read_csv(path, ["profile", "hour", "multiplier"], ["source", "as_of", "assumed_fields"])
     warnings.extend(table.warnings)
@@ -741,7 +764,7 @@ def _read_rows_section(value, yaml_path: Path, name: str, warnings: list[str], l
         for i, v in enumerate(value):
             if not isinstance(v, dict):
                 raise ScenarioError(f"demand.{name}: row {i + 1} should be a mapping of fields, got {v!r}",
-                                    Origin(str(yaml_path), _line(value, line)), field=f"demand.{name}")
+                                    Origin(str(yaml_path), _item_line(value, i) or line), field=f"demand.{name}")
         return [dict(v, _origin=Origin(str(yaml_path), getattr(v, "line", None), f"demand.{name} row {i + 1}"))
                 for i, v in enumerate(value)]
     raise ScenarioError(f"demand.{name} should be a CSV path or a list of rows, got {value!r}",
@@ -755,20 +778,25 @@ def load_raw(path: str | Path | None = None) -> RawScenario:
     for key in doc:
         if key not in TOP_LEVEL:
             raise ScenarioError(
-                unknown_id_message("scenario section", key, TOP_LEVEL), Origin(str(yaml_path), doc.line)
+                unknown_id_message("scenario section", key, TOP_LEVEL), Origin(str(yaml_path), _key_line(doc, key))
             )
     catalogue = DATA_DIR
     if doc.get("catalogue"):
         catalogue = yaml_path.parent / str(doc["catalogue"])
         if not isinstance(doc["catalogue"], str) or not catalogue.is_dir():
             raise ScenarioError(f"expected a folder of catalogue CSVs (accelerators.csv, …) relative to the scenario; "
-                                f"{catalogue} is not one", Origin(str(yaml_path), doc.line), field="catalogue")
+                                f"{catalogue} is not one", Origin(str(yaml_path), _key_line(doc, "catalogue")),
+                                field="catalogue")
     warnings: list[str] = []
     origins: dict[tuple, Origin] = {}
     data: dict = {"name": str(doc.get("name") or yaml_path.stem), "description": str(doc.get("description") or "")}
 
     for name, spec in TABLES.items():
-        rows = _resolve_table(spec, doc.get(name), yaml_path, catalogue, warnings)
+        rows = _resolve_table(spec, doc.get(name), yaml_path, catalogue, warnings, _key_line(doc, name))
+        for row in rows:  # key fields are names: a list or a mapping there is a slip
+            for k in spec.key:
+                if row.values.get(k) is not None and not _is_id(row.values[k]):
+                    raise ScenarioError(f"expected a name, got {row.values[k]!r}", row.origin, field=k)
         if name == "prices":
             provider = (doc.get("prices") or {}).get("provider", "reference") if isinstance(doc.get("prices"), dict) else "reference"
             provider = str(provider)
@@ -779,13 +807,13 @@ def load_raw(path: str | Path | None = None) -> RawScenario:
             rows = [r for r in rows if r.values.get("provider") == provider]
             data["price_provider"] = provider
         data[name] = _key_rows(spec, rows, origins)
-    data["diurnal"] = _read_diurnal(doc.get("diurnal"), yaml_path, catalogue, origins, warnings)
+    data["diurnal"] = _read_diurnal(doc.get("diurnal"), yaml_path, catalogue, origins, warnings, _key_line(doc, "diurnal"))
 
     for name in SECTIONS:
         section = doc.get(name) or LineDict()
         if not isinstance(section, dict):
             raise ScenarioError(f"section '{name}' should be a mapping of fields, got {section!r}",
-                                Origin(str(yaml_path), getattr(section, "line", None) or doc.line), field=name)
+                                Origin(str(yaml_path), _key_line(doc, name)), field=name)
         origins[(name,)] = Origin(str(yaml_path), getattr(section, "line", None), f"section '{name}'")
         data[name] = _plain(section)
     graph = data["network"].get("graph")
@@ -794,20 +822,32 @@ def load_raw(path: str | Path | None = None) -> RawScenario:
         data["network"]["graph"] = str((yaml_path.parent / graph).resolve())
     demand = doc.get("demand") or {}
     for part in ("table", "mix"):
-        rows = _read_rows_section(demand.get(part), yaml_path, part, warnings, getattr(demand, "line", None))
+        rows = _read_rows_section(demand.get(part), yaml_path, part, warnings, _key_line(demand, part))
         if rows is not None:
             # canonical order, so that the order rows were written in changes neither hash nor plan
             rows.sort(key=lambda r: json.dumps(_plain({k: v for k, v in r.items() if k != "_origin"}), sort_keys=True, default=str))
             for i, row in enumerate(rows):
                 origins[("demand", part, i)] = row.pop("_origin")
             data["demand"][part] = [_plain(r) for r in rows]
-    _select_dependent_rows(data, origins)
+    _select_dependent_rows(data, origins, catalogue, warnings)
     return RawScenario(data, origins, yaml_path, warnings)
 
 
-def _select_dependent_rows(data: dict, origins: dict) -> None:
-    """Keep supply and owned rows for the chosen sites and accelerators only."""
+def _select_dependent_rows(data: dict, origins: dict, catalogue: Path = DATA_DIR, warnings: list | None = None) -> None:
+    """Keep supply and owned rows for the chosen sites and accelerators only. A row the planner
+    wrote (not a catalogue row) that names no chosen site or accelerator is dropped with a
+    warning: it is most often a typo."""
     sites, gpus = set(data["sites"]), set(data["accelerators"])
+    if warnings is not None:
+        for path, origin in sorted(origins.items(), key=lambda x: str(x[0])):
+            if path[0] not in ("supply", "owned", "prices") or Path(origin.file).parent.resolve() == catalogue.resolve():
+                continue
+            refs = [("site", path[1], sites)] if path[0] == "supply" else []
+            refs.append(("accelerator", path[-1], gpus))
+            for kind, value, known in refs:
+                if value not in known:
+                    warnings.append(f"{origin.describe()}: {unknown_id_message(kind, value, known)} — the row is ignored")
+                    break
     data["supply"] = {
         s: {g: row for g, row in per_gpu.items() if g in gpus} for s, per_gpu in data["supply"].items() if s in sites
     }
@@ -856,7 +896,8 @@ def set_path(raw: RawScenario, key: str, text: str) -> None:
     parts = key.split(".")
     head = parts[0]
     node = raw.data
-    model: type[BaseModel] | None = SECTIONS.get(head)
+    # the model of the node the last part is set in (none at the top level: raw data's keys)
+    model: type[BaseModel] | None = SECTIONS.get(head) if len(parts) > 1 else None
     table_depth = (2 if head == "supply" else 1) if head in TABLES else None
     for depth, part in enumerate(parts[:-1]):
         if depth > 0 and model is not None:
@@ -889,6 +930,32 @@ def set_path(raw: RawScenario, key: str, text: str) -> None:
             node[last] = yaml.safe_load(text) if text else None
         except yaml.YAMLError:
             node[last] = text
+        _check_override_shape(parts, node[last], key)
+
+
+def _check_override_shape(parts: list[str], value, key: str) -> None:
+    """A table, a table row or a diurnal profile replaced whole must keep its shape."""
+    head = parts[0]
+    if head in TABLES:
+        row_len = 3 if head == "supply" else 2
+        if len(parts) < row_len:
+            ok = isinstance(value, dict) and all(isinstance(v, dict) for v in value.values())
+            expected = "a mapping of rows (id → {field: value})"
+        elif len(parts) == row_len:
+            ok, expected = isinstance(value, dict), "a row, a mapping of fields"
+        else:
+            return
+    elif head == "diurnal":
+        if len(parts) == 1:
+            ok = isinstance(value, dict) and all(isinstance(v, list) for v in value.values())
+            expected = "a mapping profile → 24 multipliers"
+        else:
+            ok, expected = isinstance(value, list), "a list of 24 hourly multipliers"
+    else:
+        return
+    if not ok:
+        raise ScenarioError(f"expected {expected}, got {value!r}; to change one value, name it, e.g. "
+                            "workloads.chat.ttft_p99_ms=500", Origin("--set"), field=key)
 
 
 def _is_number(text: str) -> bool:
@@ -955,23 +1022,39 @@ def validate(raw: RawScenario) -> Scenario:
             }
         else:
             tables[name] = {k: _validate_row(spec.model, row, raw.origin(name, k)) for k, row in d[name].items()}
+    for name, spec in TABLES.items():  # a row's key fields are its place in the table (--set can break that)
+        rows = [((s, g), r) for s, per in tables[name].items() for g, r in per.items()] if name == "supply" else \
+            [((k,), r) for k, r in tables[name].items()]
+        for key, row in rows:
+            fields = spec.key[-len(key):]
+            wrong = [f for f, k in zip(fields, key) if str(getattr(row, f)) != k]
+            if wrong:
+                raise ScenarioError(
+                    f"this row is {name} '{'/'.join(key)}' but its {'/'.join(fields)} says "
+                    f"'{'/'.join(str(getattr(row, f)) for f in fields)}'; expected them to agree (rename a row in "
+                    "the file, not with --set)", raw.origin(name, *key), field=wrong[0])
     sections = {}
     for name, model in SECTIONS.items():
         values = d.get(name) or {}
-        if name == "demand":
+        if name == "demand" and isinstance(values, dict):
             for part, row_model in (("table", DemandRow), ("mix", MixRow)):
-                if values.get(part) is not None:
+                if isinstance(values.get(part), list):  # else the section's validation says what is wrong
                     for i, row in enumerate(values[part]):
                         _validate_row(row_model, row, raw.origin("demand", part, i))
         sections[name] = _validate_row(model, values, raw.origin(name))
-    scenario = Scenario(
-        name=d["name"],
-        description=d.get("description", ""),
-        price_provider=d["price_provider"],
-        diurnal=_validate_diurnal(d["diurnal"], raw),
-        **tables,
-        **sections,
-    )
+    diurnal = _validate_diurnal(d["diurnal"], raw)
+    try:
+        scenario = Scenario(
+            name=str(d["name"]),
+            description=str(d.get("description") or ""),
+            price_provider=d["price_provider"],
+            diurnal=diurnal,
+            **tables,
+            **sections,
+        )
+    except ValidationError as exc:  # the top-level values an override can reach (price_provider, …)
+        err = exc.errors()[0]
+        raise ScenarioError(_explain(err), Origin(str(raw.path)), field=_field_of(err, Scenario)) from None
     _cross_check(scenario, raw)
     return scenario
 
@@ -1045,10 +1128,12 @@ def _cross_check(s: Scenario, raw: RawScenario) -> None:
             raise ScenarioError("fp8 weights need an accelerator with FP8 support", origin, field="weight_dtype")
     periods = {p.id for p in s.horizon.periods}
     day_types = {d.id for d in s.horizon.day_types}
+    seen: dict[tuple, int] = {}
     for i, mix in enumerate(s.demand.mix):
         origin = raw.origin("demand", "mix", i)
         _check_ref("metro", mix.metro, s.metros, origin, "metro")
         _check_ref("workload", mix.workload, s.workloads, origin, "workload")
+        _check_unique(seen, ("mix", mix.metro, mix.workload), i, raw, "demand.mix", "metro/workload")
     for i, row in enumerate(s.demand.table or []):
         origin = raw.origin("demand", "table", i)
         _check_ref("metro", row.metro, s.metros, origin, "metro")
@@ -1056,6 +1141,19 @@ def _cross_check(s: Scenario, raw: RawScenario) -> None:
         _check_ref("period", row.period, periods, origin, "period")
         if row.day_type is not None:
             _check_ref("day type", row.day_type, day_types, origin, "day_type")
+        _check_unique(seen, ("table", row.metro, row.workload, row.period, row.hour, row.day_type), i, raw,
+                      "demand.table", "metro/workload/period/hour/day_type")
+
+
+def _check_unique(seen: dict, key: tuple, i: int, raw: RawScenario, where: str, fields: str) -> None:
+    """Two demand rows for the same key would be added up (table) or one lost (mix): a slip."""
+    part = where.split(".")[1]
+    if key in seen:
+        first = raw.origin("demand", part, seen[key])
+        shown = "/".join("-" if k is None else str(k) for k in key[1:])
+        raise ScenarioError(f"duplicate {where} row for {fields} {shown} (first at {first.describe()}); "
+                            "expected one row per key", raw.origin("demand", part, i), field=fields.split("/")[0])
+    seen[key] = i
 
 
 def load_scenario(path: str | Path | None = None, overrides: list[str] | None = None) -> tuple[Scenario, RawScenario]:

@@ -17,13 +17,17 @@ from optimizer.errors import Origin, ScenarioError
 
 
 class LineDict(dict):
-    """A YAML mapping that knows the line it started on (1-based)."""
+    """A YAML mapping that knows the line it started on (1-based) and the line of each key."""
 
     line: int | None = None
+    key_lines: dict = {}
 
 
 class LineList(list):
+    """A YAML sequence that knows the line it started on and the line of each item."""
+
     line: int | None = None
+    lines: list[int] = []
 
 
 class _LineLoader(yaml.SafeLoader):
@@ -33,6 +37,7 @@ class _LineLoader(yaml.SafeLoader):
 def _construct_mapping(loader, node):
     loader.flatten_mapping(node)
     out = LineDict()
+    out.key_lines = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
         try:
@@ -48,6 +53,7 @@ def _construct_mapping(loader, node):
                 Origin(loader.name, key_node.start_mark.line + 1),
             )
         out[key] = loader.construct_object(value_node, deep=True)
+        out.key_lines[key] = key_node.start_mark.line + 1
     out.line = node.start_mark.line + 1
     return out
 
@@ -55,6 +61,7 @@ def _construct_mapping(loader, node):
 def _construct_sequence(loader, node):
     out = LineList(loader.construct_object(child, deep=True) for child in node.value)
     out.line = node.start_mark.line + 1
+    out.lines = [child.start_mark.line + 1 for child in node.value]
     return out
 
 
