@@ -128,6 +128,12 @@ class LinearProgram:
         return (np.cumsum(start), np.asarray(self.entries_row, dtype=np.int32)[order],
                 np.asarray(self.entries_val, dtype=np.float64)[order])
 
+    def set_upper(self, bounds: dict[int, float]) -> dict[str, list]:
+        """New upper bounds for columns (e.g. 0 to close a column); returns the change list."""
+        for col, value in bounds.items():
+            self.col_upper[col] = value
+        return {"col_upper": list(bounds.items())}
+
     def set_params(self, name: str, values: dict) -> dict[str, list]:
         """New values for a parameter; returns the changed entries as (position, new value)
         lists by kind (coef, cost, row_lower, row_upper, col_lower, col_upper). Values are
