@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import multiprocessing
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -237,7 +238,9 @@ def _execute(batches: list[list[RunSpec]], executor: str, workers: int, schedule
             for batch in batches:
                 yield run_batch(batch)
             return
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        # spawned, not forked: a child forked after this process ran HiGHS inherits its thread
+        # pool's locks without the threads and spins forever in its first solve
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = [pool.submit(run_batch, batch) for batch in batches]
             for fut in as_completed(futures):
                 yield fut.result()
