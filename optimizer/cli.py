@@ -287,6 +287,8 @@ def cmd_report(args) -> int:
 
 
 def cmd_verify(args) -> int:
+    import pandas as pd
+
     from optimizer.verify import record_verification, verify_plan, write_verify
 
     if not (Path(args.plan_dir) / "summary.json").exists():
@@ -303,6 +305,11 @@ def cmd_verify(args) -> int:
         _print_json(sm)
     else:
         print(result.side_by_side().to_string(index=False, float_format=lambda x: f"{x:,.4g}"))
+        if sm.get("token_billing"):
+            billing = pd.DataFrame(sm["token_billing"]["by_workload"]).T.rename_axis("workload")
+            print(f"\ntoken billing vs GPU-seconds (price list: {sm['token_billing']['provider']}; USD per million "
+                  "output tokens):")
+            print(billing.to_string(float_format=lambda x: f"{x:,.3g}"))
         print(f"{sm['requests_simulated']:,} requests simulated in {sm['seconds']:.0f} s; TTFT attainment ≥ "
               f"{sm['ttft_attainment_min']:.4f}, ITL attainment ≥ {sm['itl_attainment_min']:.4f}, goodput "
               f"{sm['goodput_fraction']:.4f} → " + ("every objective met" if sm["all_objectives_met"] else "OBJECTIVES MISSED"))

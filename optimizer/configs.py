@@ -139,6 +139,7 @@ class ServingConfig:
     kv_budget_gb: float = 0.0
     weights_gb_per_gpu: float = 0.0
     max_concurrency: int = 0
+    input_share: float = 0.0  # estimated share of the replica's busy time spent on prompts (prefill)
 
 
 def _lengths(w: Workload, m: Model):
@@ -172,7 +173,7 @@ def prefill_config(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving
     mean_s, scv = service_moments(lambda t, c: prefill_time_s(r, t, c), isl, w.prompt_cache_hit_rate, w.shared_prefix_tokens)
     return ServingConfig(
         **_base(w, a, r, "prefill", "prefill", s),
-        prefill_p99_ms=p99_s * 1e3, service_mean_s=mean_s, service_scv=scv,
+        prefill_p99_ms=p99_s * 1e3, service_mean_s=mean_s, service_scv=scv, input_share=1.0,
     )
 
 
@@ -215,6 +216,10 @@ def colocated_config(w: Workload, m: Model, a: Accelerator, r: Replica, s: Servi
     iteration(b) = decode step + a C-token chunk (`mixed_step_time_s`); ITL p99 = tail ·
     iteration; a prompt of s tokens takes ⌈(s − cached)/C⌉ iterations (the prefill lane's
     service time); decode requests/s = ρ_max · b / (osl_mean · iteration).
+
+    Input share of the busy time (an estimate): a request's chunks cost n̄ · (iteration −
+    step(b)) with n̄ = mean service / iteration, its tokens osl · step(b) / b; the share is
+    the first over the sum.
     """
     isl, _ = _lengths(w, m)
     context = w.isl_mean_tokens + w.osl_mean_tokens / 2.0
@@ -234,8 +239,12 @@ def colocated_config(w: Workload, m: Model, a: Accelerator, r: Replica, s: Servi
 
     cached_p99 = p99_cached_tokens(w.prompt_cache_hit_rate, w.shared_prefix_tokens, w.slo_attainment)
     mean_s, scv = service_moments(service, isl, w.prompt_cache_hit_rate, w.shared_prefix_tokens)
+    decode_step = float(decode_step_time_s(r, b, context))
+    prompt_s = mean_s / iteration * max(iteration - decode_step, 0.0)
+    tokens_s = w.osl_mean_tokens * decode_step / b
     return ServingConfig(
         **_base(w, a, r, "colocated", f"colocated-c{chunk}", s),
+        input_share=prompt_s / (prompt_s + tokens_s),
         batch=b, chunk_tokens=chunk,
         prefill_p99_ms=float(service(w.isl_p99_tokens, cached_p99)) * 1e3,
         service_mean_s=mean_s, service_scv=scv,

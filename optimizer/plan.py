@@ -34,6 +34,7 @@ from optimizer.baseline import baseline
 from optimizer.checks import preflight
 from optimizer.configs import make_replica
 from optimizer.costing import procurement_table, unserved_penalty_usd
+from optimizer.billing import token_billing
 from optimizer.curves.economics import cost_per_million_tokens_usd
 from optimizer.curves.queueing import wait_quantile_s
 from optimizer.curves.roofline import decode_step_time_s, mixed_step_time_s
@@ -321,6 +322,7 @@ def plan_summary(s: Scenario, raw: RawScenario, inst: Instance, result: SolveRes
     node_hours, gpu_hours_committed, gpu_hours_ondemand, facility_mwh = _fleet_hours(inst, sol)
     replica_gpu_hours = sum(inst.pools[pid].gpus * n * weight[sid] for (pid, sid), n in sol.replicas.items())
     by_workload = _cost_by_workload(inst, sol, proc)
+    input_gpu_hours, gpu_hours = _gpu_hours_by_workload(inst, sol)
     base = baseline(inst)
     summary = {
         "scenario": s.name,
@@ -340,6 +342,7 @@ def plan_summary(s: Scenario, raw: RawScenario, inst: Instance, result: SolveRes
         "cost_per_million_tokens_usd_by_workload": {
             k: (by_workload[k] / served_tokens[k] * 1e6 if served_tokens[k] else None) for k in inst.workloads},
         "cost_usd_by_workload": by_workload,
+        "token_billing": token_billing(s, by_workload, served_tokens, input_gpu_hours, gpu_hours),
         "goodput_tokens_per_s_avg": annual_tokens / (8760 * 3600),
         "goodput_tokens_per_s_peak": max(peak_tokens.values(), default=0.0),
         "tokens_per_s_per_mw": (annual_tokens / (8760 * 3600)) / (facility_mwh / 8760) if facility_mwh else None,
@@ -400,6 +403,20 @@ def _cost_by_workload(inst: Instance, sol, proc: pd.DataFrame) -> dict[str, floa
     for (m, site, k, tier, sid), x in sol.routes.items():
         egress[k] += 3600.0 * weight[sid] * inst.egress_usd_per_request[k] * x
     return {k: out[k] + egress[k] for k in inst.workloads}
+
+
+def _gpu_hours_by_workload(inst: Instance, sol) -> tuple[dict[str, float], dict[str, float]]:
+    """(prompt GPU-hours, all replica GPU-hours) per workload in the year; a colocated
+    replica's hours are split by its config's estimated input share."""
+    weight = {st.id: st.weight_hours for st in inst.states}
+    prompt = {k: 0.0 for k in inst.workloads}
+    every = {k: 0.0 for k in inst.workloads}
+    for (pid, sid), n in sol.replicas.items():
+        p = inst.pools[pid]
+        hours = n * p.gpus * weight[sid]
+        every[p.workload] += hours
+        prompt[p.workload] += hours * p.config.input_share
+    return prompt, every
 
 
 def _gpus_by_type(inst: Instance, sol) -> dict[str, int]:
@@ -512,6 +529,10 @@ def _to_nominal_world(plan: Plan, demand_factor: float, rtt_margin_ms: float) ->
         sm["cost_per_million_tokens_usd"] *= demand_factor
     sm["cost_per_million_tokens_usd_by_workload"] = {
         k: (v * demand_factor if v is not None else None) for k, v in sm["cost_per_million_tokens_usd_by_workload"].items()}
+    for row in sm["token_billing"]["by_workload"].values():
+        for key in ("gpu_cost_usd_per_million_output_tokens", "gpu_cost_over_list"):
+            if row[key] is not None:
+                row[key] *= demand_factor
 
 
 def replan(plan_dir: str | Path, *, progress=None, allow_unserved=False) -> Plan:

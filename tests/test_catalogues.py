@@ -31,7 +31,7 @@ def everything(tmp_path_factory):
 
 
 def test_the_catalogue_files_are_known():
-    known = {spec.file for spec in TABLES.values()} | {"diurnal.csv", "latency_reference.csv"}
+    known = {spec.file for spec in TABLES.values()} | {"diurnal.csv", "latency_reference.csv", "token_prices.csv"}
     assert set(CSV_FILES) == known
 
 
@@ -192,3 +192,13 @@ def test_reference_scenario_still_loads():
     s, _ = load_scenario()
     assert set(s.accelerators) <= {r["id"] for r in csv_rows("accelerators.csv")}
     assert Path(DATA_DIR / "scenarios" / "reference.yaml").exists()
+
+
+def test_every_token_price_row_validates_and_has_a_reference_row():
+    from optimizer.billing import TOKEN_PRICES_FILE, TokenPrice
+
+    rows = [TokenPrice.model_validate({k: v or None for k, v in r.items()}) for r in csv_rows(TOKEN_PRICES_FILE.name)]
+    keys = [(r.provider, r.model) for r in rows]
+    assert len(keys) == len(set(keys))
+    assert all(r.source and r.as_of for r in rows)
+    assert {r.model for r in rows} == {r.model for r in rows if r.provider == "reference"}

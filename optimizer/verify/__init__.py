@@ -228,7 +228,41 @@ def verify_plan(plan_dir, slices="peak", requests=20000, seed=0, progress=None, 
     done = [r for r in results if r is not None]
     tables = {"by_pool": _by_pool(s, plan.tables["slo"], done), "by_metro": _by_metro(s, plan.tables["slo"], done)}
     summary = _summary(s, tables, done, seed, time.perf_counter() - t0, opt, groups)
+    summary["token_billing"] = _billing(plan.summary.get("token_billing"), _goodput_by_workload(s, done))
     return VerifyResult(tables, summary, done)
+
+
+def _goodput_by_workload(s, results) -> dict[str, float]:
+    """Measured share of each workload's simulated tokens delivered inside both objectives."""
+    good: dict[str, float] = {}
+    tokens: dict[str, float] = {}
+    for r in results:
+        k = r.group.workload
+        met = r.ttft_ms <= s.workloads[k].ttft_p99_ms
+        good[k] = good.get(k, 0.0) + float((met * (1 + r.ok_gaps)).sum())
+        tokens[k] = tokens.get(k, 0.0) + float(r.tokens.sum())
+    return {k: good[k] / tokens[k] for k in tokens if tokens[k]}
+
+
+def _billing(planned: dict | None, goodput: dict[str, float]) -> dict | None:
+    """The plan's token-billing view (`optimizer.billing`) with the simulated goodput: only
+    tokens inside the objectives have value, so the GPU cost per million goodput tokens is
+    the planned cost per million output tokens ÷ the measured goodput fraction."""
+    if planned is None:
+        return None
+    out = {}
+    for k, row in planned["by_workload"].items():
+        g = goodput.get(k)
+        cost = row["gpu_cost_usd_per_million_output_tokens"]
+        per_goodput = cost / g if cost is not None and g else None
+        listed = row["list_usd_per_million_output_tokens"]
+        out[k] = {"gpu_cost_usd_per_million_output_tokens": cost, "goodput_fraction_measured": g,
+                  "gpu_cost_usd_per_million_goodput_tokens": per_goodput,
+                  "list_usd_per_million_output_tokens": listed,
+                  "goodput_cost_over_list": per_goodput / listed if per_goodput is not None and listed else None,
+                  "input_share_of_gpu_hours": row["input_share_of_gpu_hours"],
+                  "input_share_of_charge": row["input_share_of_charge"]}
+    return {"provider": planned["provider"], "by_workload": out}
 
 
 def _expected_work(model: PlanModel, g: Group, requests: int, opt: Options) -> float:
