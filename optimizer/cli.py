@@ -297,7 +297,8 @@ def cmd_verify(args) -> int:
     if slices not in ("peak", "all"):
         slices = [x.strip() for x in slices.split(",") if x.strip()]
     progress = None if args.json else (lambda m: print(m, file=sys.stderr))
-    result = verify_plan(args.plan_dir, slices=slices, requests=args.requests, seed=args.seed, progress=progress)
+    result = verify_plan(args.plan_dir, slices=slices, requests=args.requests, seed=args.seed, progress=progress,
+                         prefill_batch_tokens=args.prefill_batch_tokens)
     write_verify(result, args.plan_dir)
     record_verification(result, args.plan_dir)
     sm = result.summary
@@ -449,6 +450,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="peak (the busiest hour of each period), all, or PERIOD/DAYTYPE/HOUR,… (default peak)")
     vf.add_argument("--requests", type=int, default=20000, help="simulated requests per (site, workload, slice)")
     vf.add_argument("--seed", type=int, default=0)
+    vf.add_argument("--prefill-batch-tokens", type=int, default=0, metavar="N",
+                    help="what-if: prefill servers batch waiting prompts up to N new tokens (default 0: one "
+                         "prompt at a time, as the plan sized them)")
     vf.add_argument("--json", action="store_true")
     vf.set_defaults(func=cmd_verify)
 

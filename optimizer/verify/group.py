@@ -42,7 +42,9 @@ HIST_BINS = int(math.ceil(math.log(1e7 / HIST_G0_MS) / math.log(HIST_RATIO))) + 
 class Options:
     """Simulation settings (defaults are the documented behaviour of `verify_plan`)."""
 
-    prefill_batch_tokens: int = 8192  # 0 serves prompts one at a time on a prefill replica
+    # 0: a prefill replica serves one prompt at a time, as the plan's prefill configs are sized;
+    # N > 0 simulates a server that batches waiting prompts up to N new tokens (a what-if)
+    prefill_batch_tokens: int = 0
     warmup_fraction: float = 0.1
     warm_start: bool = True  # batching pools start with their steady-state batch mid-decode
     warmup_decode_durations: float = 0.5  # warm-up lasts at least this many mean decode durations
