@@ -44,6 +44,8 @@ def unreachable_reasons(s: Scenario, inst: Instance, rtt: pd.DataFrame) -> list[
         if wf.rtt_ms > band:
             lines.append(f"{k} from {m}: every site is farther than the loosest latency tier ({band:g} ms RTT); "
                          f"the nearest, {site}, is {wf.rtt_ms:.0f} ms away")
+        elif need < w.ttft_p99_ms:
+            lines.append(_tier_reason(s, k, m, site, wf, need))
         else:
             lines.append(
                 f"{k} from {m} cannot meet its {w.ttft_p99_ms:g} ms p99 TTFT from any site: the best, {site}, needs "
@@ -51,6 +53,25 @@ def unreachable_reasons(s: Scenario, inst: Instance, rtt: pd.DataFrame) -> list[
                 f"{wf.prefill_ms:.0f} + KV transfer {wf.kv_transfer_ms:.0f} + first token {wf.first_token_ms:.0f}) — "
                 f"{need - w.ttft_p99_ms:.0f} ms over")
     return lines
+
+
+def _tier_reason(s: Scenario, k: str, m: str, site: str, wf, need_ms: float) -> str:
+    """The round trip fits the objective, but the latency tier it falls in does not: a pool is
+    sized for its tier's RTT bound, and that bound leaves no time for queueing."""
+    w = s.workloads[k]
+    tiers = sorted(s.serving.tier_rtt_ms)
+    tier = next(b for b in tiers if b >= wf.rtt_ms)
+    below = [b for b in tiers if b < wf.rtt_ms]
+    rest = need_ms - wf.rtt_ms  # everything but the network
+    room = w.ttft_p99_ms - rest  # the largest tier bound that would leave any queueing time
+    suggestion = sorted(set(tiers) | {float(round((wf.rtt_ms + room) / 2))})
+    return (f"{k} from {m}: the round trip to the best site, {site}, is {wf.rtt_ms:.1f} ms"
+            + (f", just over the {below[-1]:g} ms latency tier" if below else "")
+            + f", so its pools are sized for the {tier:g} ms tier, whose bound leaves no time for queueing "
+            f"({tier:g} + overheads {wf.overhead_ms:.0f} + prefill {wf.prefill_ms:.0f} + KV transfer "
+            f"{wf.kv_transfer_ms:.0f} + first token {wf.first_token_ms:.0f} ≥ the {w.ttft_p99_ms:g} ms p99 TTFT); "
+            f"expected a tier bound between {wf.rtt_ms:.0f} and {room:.0f} ms in serving.tier_rtt_ms, e.g. "
+            f"{[float(b) if b % 1 else int(b) for b in suggestion]}")
 
 
 def capacity_reasons(s: Scenario, inst: Instance, sol: Solution) -> list[str]:

@@ -97,6 +97,19 @@ def test_unreachable_demand_gets_a_diagnosis(tmp_path):
     assert "ms over" in text
 
 
+def test_a_round_trip_just_over_a_tier_is_diagnosed_as_the_tier(tmp_path):
+    """A 13.5 ms round trip fits a 400 ms objective, but above the 1 ms tier it is planned in
+    the 390 ms one, which leaves nothing: the diagnosis names the tier and a bound that works."""
+    with pytest.raises(InfeasibleError) as err:
+        make_plan(TINY, ["serving.tier_rtt_ms=[1, 390]"], exact=True)
+    text = str(err.value)
+    assert "just over the 1 ms latency tier" in text and "sized for the 390 ms tier" in text
+    suggested = text.split("e.g. ")[1].splitlines()[0]
+    out = str(tmp_path / "p")
+    assert main(["plan", str(TINY), "--out", out, "--quiet", "--no-report", "--exact",
+                 "--set", f"serving.tier_rtt_ms={suggested}"]) == 0
+
+
 def test_cli_infeasible_exit_code_and_no_folder(tmp_path, capsys):
     out = tmp_path / "never"
     code = main(["plan", str(TINY), "--out", str(out), "--quiet", "--exact", "--set", "workloads.code-completion.ttft_p99_ms=100"])
