@@ -459,7 +459,7 @@ class Robust(_Strict):
 
     demand_factor: float = Field(1.25, ge=1, le=5, description="demand at a high percentile of its forecast, × the nominal")
     efficiency_derate: float = Field(0.85, gt=0, le=1, description="prefill MFU, decode MBU and decode MFU × this")
-    rtt_margin_ms: float = Field(10.0, ge=0, description="added to every round trip")
+    rtt_margin_ms: float = Field(10.0, ge=0, description="added to every round trip and latency tier bound")
 
     def overrides(self, s: "Scenario") -> list[str]:
         """The margins as `--set` overrides on the nominal scenario ``s``."""
@@ -470,6 +470,10 @@ class Robust(_Strict):
             f"serving.decode_mbu={s.serving.decode_mbu * d}",
             f"serving.decode_mfu={s.serving.decode_mfu * d}",
             f"network.access_rtt_ms={s.network.access_rtt_ms + self.rtt_margin_ms}",
+            # the tiers move with the round trips: a metro keeps its tier, whose pools give
+            # the margin up from their queueing budget (else one just inside a bound would
+            # fall into the next tier, sized for a far longer trip)
+            f"serving.tier_rtt_ms={[b + self.rtt_margin_ms for b in s.serving.tier_rtt_ms]}",
         ]
 
 

@@ -83,3 +83,13 @@ def test_stress_cli_writes_stress_csv_and_exit_codes(plans, capsys):
     assert main(["stress", str(nominal), "--demand", "×1.6"]) == 7
     assert main(["stress", str(nominal), "--lose-site", "atlantis"]) == 2
     assert "unknown site 'atlantis'" in capsys.readouterr().err
+
+
+def test_the_rtt_margin_moves_the_latency_tiers_with_the_round_trips(reference):
+    """A metro just inside a tier bound stays in its tier under the margin: the bounds move by
+    the same 10 ms as every round trip, and the tier's pools give it up from their queueing."""
+    s, _ = reference
+    margins = s.robust.overrides(s)
+    moved = [b + s.robust.rtt_margin_ms for b in s.serving.tier_rtt_ms]
+    assert f"serving.tier_rtt_ms={moved}" in margins
+    assert f"network.access_rtt_ms={s.network.access_rtt_ms + s.robust.rtt_margin_ms}" in margins
