@@ -216,7 +216,9 @@ def sweep(scenario=None, vary: dict[str, list] | None = None, mode: str = "grid"
     todo = [spec for spec in specs if run_id(spec.overrides) not in finished]
     rows = [r for r in done if r["run_id"] in {run_id(spec.overrides) for spec in specs}]
     bar = _Progress(len(specs), len(rows)) if progress else None
-    size = REUSE_BATCH if reuse else 1
+    # with reuse a worker plans a batch in a row; no larger than an even share of the runs,
+    # else one worker is left with the tail while the others idle
+    size = max(1, min(REUSE_BATCH, -(-len(todo) // max(workers, 1)))) if reuse else 1
     batches = [todo[i:i + size] for i in range(0, len(todo), size)]
     for batch_rows in _execute(batches, executor, workers, scheduler):
         for row in batch_rows:
