@@ -135,10 +135,11 @@ def plan_scenario(s: Scenario, raw: RawScenario, settings: SolverSettings, *, al
 # ---------------------------------------------------------------------------- tables
 
 
-def _slice_columns(inst: Instance, sid: int) -> dict:
-    st = inst.states[sid]
-    row = inst.slices.loc[st.slice]
-    return {"period": row["period"], "day_type": row["day_type"], "hour": int(row["hour"]), "lost_site": st.lost_site}
+def _slice_columns(inst: Instance) -> dict[int, dict]:
+    """Per state id: its slice's period, day type and hour, and the site it has lost."""
+    rows = {t: (r.period, r.day_type, int(r.hour)) for t, r in zip(inst.slices.index, inst.slices.itertuples())}
+    return {st.id: dict(zip(("period", "day_type", "hour"), rows[st.slice]), lost_site=st.lost_site)
+            for st in inst.states}
 
 
 def _pool_wait_ms(inst: Instance, s: Scenario, pool, load: float, n: int) -> float:
@@ -151,13 +152,14 @@ def _pool_wait_ms(inst: Instance, s: Scenario, pool, load: float, n: int) -> flo
 
 def plan_tables(s: Scenario, inst: Instance, result: SolveResult) -> dict[str, pd.DataFrame]:
     sol = result.solution
+    slice_of = _slice_columns(inst)
     pools = []
     for (pid, sid), n in sorted(sol.replicas.items()):
         p = inst.pools[pid]
         load = sol.flows.get((pid, sid), 0.0)
         pools.append({
             "site": p.site, "workload": p.workload, "tier": p.tier, "role": p.role, "speed": p.speed, "gpu": p.gpu,
-            "config": p.config.id, "gpus_per_replica": p.gpus, **_slice_columns(inst, sid),
+            "config": p.config.id, "gpus_per_replica": p.gpus, **slice_of[sid],
             "replicas": n, "requests_per_s": load,
             "p99_wait_ms": _pool_wait_ms(inst, s, p, load, n),
             "queue_budget_ms": p.queue_budget_ms if p.table is not None else None,
@@ -166,7 +168,7 @@ def plan_tables(s: Scenario, inst: Instance, result: SolveResult) -> dict[str, p
     rtt = _rtt_lookup(inst)
     for (m, site, k, tier, sid), x in sorted(sol.routes.items()):
         if inst.states[sid].lost_site is None:
-            routing.append({"metro": m, "site": site, "workload": k, "tier": tier, **_slice_columns(inst, sid),
+            routing.append({"metro": m, "site": site, "workload": k, "tier": tier, **slice_of[sid],
                             "requests_per_s": x, "rtt_ms": rtt[(m, site)]})
     routing_df = pd.DataFrame(routing, columns=["metro", "site", "workload", "tier", "period", "day_type", "hour",
                                                 "lost_site", "requests_per_s", "rtt_ms"]).drop(columns="lost_site")
@@ -316,7 +318,8 @@ def plan_summary(s: Scenario, raw: RawScenario, inst: Instance, result: SolveRes
             tokens = x * inst.output_tokens[k]
             served_tokens[k] += tokens * weight[sid] * 3600.0
             peak_tokens[sid] = peak_tokens.get(sid, 0.0) + tokens
-    demand_req = sum(lam * 3600.0 * inst.slices.loc[t, "weight_hours"] for (_, _, t), lam in inst.demand.items())
+    slice_hours = inst.slices["weight_hours"].to_dict()
+    demand_req = sum(lam * 3600.0 * slice_hours[t] for (_, _, t), lam in inst.demand.items())
     unserved_req = sum(u * 3600.0 * weight[sid] for (_, _, sid), u in sol.unserved.items() if weight[sid] > 0)
     annual_tokens = sum(served_tokens.values())
     node_hours, gpu_hours_committed, gpu_hours_ondemand, facility_mwh = _fleet_hours(inst, sol)
