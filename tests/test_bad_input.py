@@ -28,14 +28,8 @@ from optimizer.cli import main
 from optimizer.configs import workload_configs
 from optimizer.errors import ScenarioError
 from optimizer.scenario import DATA_DIR, load_scenario
+from small import SMALL
 
-SMALL = {
-    "name": "small",
-    "accelerators": ["h100-sxm", "h200-sxm"],
-    "metros": ["chicago", "new-york", "washington"],
-    "sites": ["chicago", "ashburn"],
-    "workloads": ["chat"],
-}
 
 METROS_CSV = (
     "id,name,lat,lon,utc_offset_hours,population\n"

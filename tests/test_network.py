@@ -26,14 +26,8 @@ from optimizer.network import (
     write_graphml,
 )
 from optimizer.scenario import DATA_DIR, NetworkSpec, load_scenario
+from small import SMALL
 
-SMALL = {
-    "name": "small",
-    "accelerators": ["h100-sxm", "h200-sxm"],
-    "metros": ["chicago", "new-york", "washington"],
-    "sites": ["chicago", "ashburn"],
-    "workloads": ["chat"],
-}
 
 # Catalogue coordinates (data/metros.csv, data/sites.csv)
 CHICAGO = (41.8373, -87.6862)

@@ -7,16 +7,8 @@ import pytest
 from optimizer.cli import main
 from optimizer.errors import ScenarioError
 from optimizer.scenario import apply_overrides, load_raw, load_scenario, validate
+from small import SMALL
 
-# A small scenario on the shipped catalogues: two US metros (and Washington, which the Ashburn
-# site belongs to), two sites, two accelerators, one workload.
-SMALL = {
-    "name": "small",
-    "accelerators": ["h100-sxm", "h200-sxm"],
-    "metros": ["chicago", "new-york", "washington"],
-    "sites": ["chicago", "ashburn"],
-    "workloads": ["chat"],
-}
 
 METROS_CSV = (
     "id,name,lat,lon,utc_offset_hours,population\n"

@@ -7,14 +7,7 @@ import pytest
 
 from optimizer.errors import ScenarioError
 from optimizer.scenario import load_raw, load_scenario
-
-SMALL = {
-    "name": "small",
-    "accelerators": ["h100-sxm", "h200-sxm"],
-    "metros": ["chicago", "new-york", "washington"],
-    "sites": ["chicago", "ashburn"],
-    "workloads": ["chat"],
-}
+from small import SMALL
 
 
 def error_of(path, overrides=None) -> ScenarioError:
