@@ -231,12 +231,14 @@ def verify_plan(plan_dir, slices="peak", requests=20000, seed=0, progress=None, 
     done = [r for r in results if r is not None]
     tables = {"by_pool": _by_pool(s, plan.tables["slo"], done), "by_metro": _by_metro(s, plan.tables["slo"], done)}
     summary = _summary(s, tables, done, seed, time.perf_counter() - t0, opt, groups)
-    summary["token_billing"] = _billing(plan.summary.get("token_billing"), _goodput_by_workload(s, done))
+    good, tokens = _goodput_tokens(s, done)
+    goodput = {k: good[k] / tokens[k] for k in tokens if tokens[k]}
+    summary["token_billing"] = _billing(plan.summary.get("token_billing"), goodput)
     return VerifyResult(tables, summary, done)
 
 
-def _goodput_by_workload(s, results) -> dict[str, float]:
-    """Measured share of each workload's simulated tokens delivered inside both objectives."""
+def _goodput_tokens(s, results) -> tuple[dict[str, float], dict[str, float]]:
+    """Per workload: simulated tokens delivered inside both objectives, and all simulated tokens."""
     good: dict[str, float] = {}
     tokens: dict[str, float] = {}
     for r in results:
@@ -244,7 +246,7 @@ def _goodput_by_workload(s, results) -> dict[str, float]:
         met = r.ttft_ms <= s.workloads[k].ttft_p99_ms
         good[k] = good.get(k, 0.0) + float((met * (1 + r.ok_gaps)).sum())
         tokens[k] = tokens.get(k, 0.0) + float(r.tokens.sum())
-    return {k: good[k] / tokens[k] for k in tokens if tokens[k]}
+    return good, tokens
 
 
 def _billing(planned: dict | None, goodput: dict[str, float]) -> dict | None:
@@ -371,11 +373,8 @@ def _by_metro(s, slo: pd.DataFrame, results: list[GroupResult]) -> pd.DataFrame:
 def _summary(s, tables, results, seed, seconds, opt: Options, groups) -> dict:
     frames = [t for t in tables.values() if len(t)]
     both = pd.concat(frames) if frames else pd.DataFrame(columns=COLUMNS)
-    tokens = sum(float(r.tokens.sum()) for r in results)
-    good = 0.0
-    for r in results:
-        met = r.ttft_ms <= s.workloads[r.group.workload].ttft_p99_ms
-        good += float((met * (1 + r.ok_gaps)).sum())
+    good_by, tokens_by = _goodput_tokens(s, results)
+    good, tokens = sum(good_by.values()), sum(tokens_by.values())
     return {
         "requests_simulated": int(sum(r.simulated for r in results)),
         "requests_counted": int(sum(len(r.ttft_ms) for r in results)),
