@@ -3,8 +3,9 @@
     python benchmarks/run_all.py [--steps reference,100x30] [--time-limit 300] [--sweep-runs 8]
                                  [--out benchmarks/RESULTS.md]
 
-Runs the scale ladder (`plan_scale.py`), the sweep throughput (`sweep_throughput.py`) and the
-simulator throughput (`verify_throughput.py`, one and two processes) one after another — they share
+Runs the scale ladder (`plan_scale.py`), the sweep throughput (`sweep_throughput.py`), the
+simulator throughput (`verify_throughput.py`, one and two processes) and the 8,760-hour
+operational year (`operate_year.py`) one after another — they share
 the machine's two cores, so never at the same time — and writes their Markdown tables under a
 header that records the date, the commit, the CPU count and the HiGHS version. The targets of
 the performance issue sit beside the measured figures; the text around them is written by
@@ -52,6 +53,7 @@ def main(argv=None) -> int:
             "Scale ladder (`plan_scale.py`)": _run("plan_scale.py", "--steps", args.steps, "--time-limit", args.time_limit),
             "Sweep throughput (`sweep_throughput.py`)": _run("sweep_throughput.py", "--runs", args.sweep_runs),
             "Simulator throughput (`verify_throughput.py`)": _run("verify_throughput.py", "--plan", plan, "--workers", "1,2"),
+            "Operational year, fixed commitment (`operate_year.py`)": _run("operate_year.py", "--plan", plan),
         }
     version = metadata.version("highspy")
     head = (f"# Benchmark results\n\nMeasured {datetime.date.today().isoformat()} at commit {_commit()} on "

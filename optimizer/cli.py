@@ -342,6 +342,30 @@ def cmd_stress(args) -> int:
     return 0 if result.summary["all_objectives_met"] else 7
 
 
+def cmd_operate(args) -> int:
+    from optimizer.operate import operate_plan, write_operations
+
+    if not (Path(args.plan_dir) / "summary.json").exists():
+        raise ScenarioError("not a plan folder (no summary.json)", field=args.plan_dir)
+    if not 0 <= args.noise_sigma <= 2:
+        raise ScenarioError(f"expected a log-normal σ between 0 and 2, got {args.noise_sigma}", field="--noise-sigma")
+    ops = operate_plan(args.plan_dir, noise_sigma=args.noise_sigma, seed=args.seed,
+                       progress=None if args.json else (lambda m: print(m, file=sys.stderr)))
+    write_operations(ops, args.plan_dir)
+    sm = ops.summary
+    ok = sm["hours_with_unserved"] == 0 and sm["hours_short_of_gpus"] == 0 and sm["hours_over_power"] == 0
+    if args.json:
+        _print_json(sm)
+    else:
+        print(ops.sites.to_string(index=False, float_format=lambda x: f"{x:,.4g}"))
+        print(f"{sm['hours']:,} hours operated in {sm['wall_seconds']:.1f} s: ${sm['total_cost_usd']:,.0f} "
+              f"({100 * sm['cost_vs_plan']:+.2f} % against the plan's ${sm['planned_total_cost_usd']:,.0f}); "
+              f"on-demand peak {sm['ondemand_nodes_peak']} nodes; hours with unserved demand {sm['hours_with_unserved']}, "
+              f"short of GPUs {sm['hours_short_of_gpus']}, over power {sm['hours_over_power']}")
+        print(f"written: {Path(args.plan_dir) / 'operations.csv'}")
+    return 0 if ok else 7
+
+
 def cmd_scenarios(args) -> int:
     from optimizer.scenario import DATA_DIR, read_yaml
 
@@ -468,6 +492,14 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--seed", type=int, default=0)
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=cmd_stress)
+
+    op = sub.add_parser("operate", help="operate a plan's commitment hour by hour through its 8,760-hour year")
+    op.add_argument("plan_dir")
+    op.add_argument("--noise-sigma", type=float, default=0.0, metavar="σ",
+                    help="day-to-day demand variation per workload, log-normal σ (0: none)")
+    op.add_argument("--seed", type=int, default=0)
+    op.add_argument("--json", action="store_true")
+    op.set_defaults(func=cmd_operate)
 
     sc = sub.add_parser("scenarios", help="list the shipped example scenarios")
     sc.set_defaults(func=cmd_scenarios)

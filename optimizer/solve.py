@@ -81,7 +81,7 @@ class SolveResult:
     exact: bool = False
 
 
-def _kappa(pool, n: int) -> float:
+def kappa(pool, n: int) -> float:
     """Requests/s per replica of a pool of n replicas (peak-sized)."""
     if pool.table is None:
         return pool.decode_rps
@@ -95,8 +95,8 @@ def _coefficients(inst: Instance, sizes: dict[tuple[int, int], int]) -> dict[tup
     out = {}
     for (pid, sid), n in sizes.items():
         pool = inst.pools[pid]
-        kappa = _kappa(pool, n)
-        out[(pid, sid)] = pool.gpus * inst.peak_to_mean / kappa if kappa > 0 else 1e6
+        per_replica = kappa(pool, n)
+        out[(pid, sid)] = pool.gpus * inst.peak_to_mean / per_replica if per_replica > 0 else 1e6
     return out
 
 

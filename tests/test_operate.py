@@ -1,0 +1,106 @@
+"""Operating a plan's commitment through its 8,760-hour year."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from optimizer.cli import main
+from optimizer.demand import build_slices
+from optimizer.instance import build_instance
+from optimizer.network import build_graph, rtt_matrix
+from optimizer.operate import Commitment, calendar, hourly_demand, operate_plan, operate_year
+from optimizer.plan import make_plan, settings_from, write_plan
+from optimizer.scenario import DATA_DIR, load_scenario
+from optimizer.solve import solve
+from tests.small import SMALL
+
+US_EAST = DATA_DIR / "scenarios" / "us-east.yaml"
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    """The us-east plan as a folder, and the same solve kept in memory."""
+    folder = write_plan(make_plan(US_EAST), tmp_path_factory.mktemp("operate") / "plan", report=False)
+    s, raw = load_scenario(US_EAST)
+    inst = build_instance(s, rtt_matrix(build_graph(s, raw.path.parent), s))
+    return folder, s, inst, solve(inst, settings_from(s)).solution
+
+
+def test_calendar_spreads_day_types_by_their_shares(write_scenario):
+    doc = {**SMALL, "horizon": {"periods": [{"id": "H1", "days": 182}, {"id": "H2", "days": 183}],
+                                "day_types": [{"id": "weekday", "share": 5 / 7}, {"id": "weekend", "share": 2 / 7}]}}
+    s, _ = load_scenario(write_scenario(doc))
+    cal = calendar(s, SimpleNamespace(slices=build_slices(s)))
+    assert len(cal) == 8760
+    days = cal.drop_duplicates("day")
+    counts = days.groupby(["period", "day_type"]).size()
+    assert counts[("H1", "weekday")] == 130 and counts[("H1", "weekend")] == 52  # 182 · 5/7, 182 · 2/7
+    assert counts[("H2", "weekday")] + counts[("H2", "weekend")] == 183
+    assert abs(counts[("H2", "weekday")] - 183 * 5 / 7) < 1
+    # no run of weekend days longer than the shares allow: the types are spread, not blocked
+    weekend = (days["day_type"] == "weekend").to_numpy().astype(int)
+    assert max(len(run) for run in "".join(map(str, weekend)).split("0")) <= 1
+
+
+def test_hourly_demand_reads_the_slices_grows_within_the_period_and_varies_by_day(planned):
+    _, s, inst, _ = planned
+    cal = calendar(s, inst)
+    keys = sorted({(m, k) for m, k, _ in inst.demand})
+    flat = hourly_demand(s.model_copy(update={"demand": s.demand.model_copy(update={"growth_per_period": 0.0})}),
+                         inst, cal, keys, 0.0, 0)
+    slice_total = sum(v * inst.slices.loc[t, "weight_hours"] for (_, _, t), v in inst.demand.items())
+    assert flat.sum() == pytest.approx(slice_total, rel=1e-9)  # every hour reads its slice, weights add up
+    g = s.demand.growth_per_period
+    assert g > 0
+    grown = hourly_demand(s, inst, cal, keys, 0.0, 0)
+    first, last = cal.index[cal["day"] == 0], cal.index[cal["day"] == cal.loc[cal["period"] == cal.loc[0, "period"], "day"].max()]
+    assert grown[first].sum() < flat[first].sum() < flat[last].sum() * (1 + 1e-12) < grown[last].sum()
+    assert grown[last].sum() / flat[last].sum() == pytest.approx((1 + g) ** (cal.loc[last[0], "period_position"] - 0.5))
+    noisy = hourly_demand(s, inst, cal, keys, 0.2, 7)
+    assert np.array_equal(noisy, hourly_demand(s, inst, cal, keys, 0.2, 7))
+    assert not np.array_equal(noisy, hourly_demand(s, inst, cal, keys, 0.2, 8))
+    ratio = noisy[grown > 0] / grown[grown > 0]
+    assert ratio.mean() == pytest.approx(1.0, abs=0.03)  # log-normal with mean 1 (365 days × workloads)
+
+
+def test_every_hour_is_served_and_the_costs_add_up(planned):
+    folder, s, inst, sol = planned
+    ops = operate_year(s, inst, Commitment.of_solution(inst, sol))
+    h, sm = ops.hours, ops.summary
+    assert sm["hours"] == len(h) == 8760 and sm["hours_not_optimal"] == 0
+    np.testing.assert_allclose(h["served_rps"] + h["unserved_rps"], h["demand_rps"], rtol=1e-6)
+    assert sm["hours_with_unserved"] == 0 and sm["hours_short_of_gpus"] == 0 and sm["hours_over_power"] == 0
+    assert sm["total_cost_usd"] == pytest.approx(sm["committed_usd"] + h["ondemand_usd"].sum() + h["ramp_usd"].sum()
+                                                 + h["egress_usd"].sum())
+    assert ops.sites["ondemand_usd"].sum() == pytest.approx(h["ondemand_usd"].sum())
+    assert (ops.sites["ondemand_nodes_peak"] <= ops.sites["ondemand_cap"]).all()
+    # the same year from the plan folder: the commitment survives the round trip through the CSVs
+    again = operate_plan(folder)
+    assert again.summary["total_cost_usd"] == pytest.approx(sm["total_cost_usd"], rel=1e-9)
+
+
+def test_more_demand_on_the_same_commitment_rents_more(planned):
+    _, s, inst, sol = planned
+    commitment = Commitment.of_solution(inst, sol)
+    base = operate_year(s, inst, commitment).summary
+    s2, raw2 = load_scenario(US_EAST, ["demand.scale=1.5"])
+    inst2 = build_instance(s2, rtt_matrix(build_graph(s2, raw2.path.parent), s2))
+    more = operate_year(s2, inst2, commitment).summary
+    assert more["ondemand_usd"] > base["ondemand_usd"]
+    assert more["committed_usd"] == base["committed_usd"]
+
+
+def test_operate_cli_writes_its_tables_and_exit_codes(planned, capsys, tmp_path):
+    folder, *_ = planned
+    assert main(["operate", str(folder), "--json"]) == 0
+    summary = json.loads((folder / "operations.json").read_text())
+    assert summary["hours"] == 8760
+    assert (folder / "operations.csv").exists() and (folder / "operations_sites.csv").exists()
+    assert main(["operate", str(folder), "--noise-sigma", "1.0"]) == 7  # days at several × their mean demand
+    assert main(["operate", str(folder), "--noise-sigma", "5"]) == 2
+    assert main(["operate", str(tmp_path)]) == 2
+    assert "not a plan folder" in capsys.readouterr().err
