@@ -4,12 +4,12 @@ Exit codes (documented in the README):
   0  success (a plan proven within the requested gap, or a check that passed)
   1  unexpected internal error (a bug: please report it)
   2  bad input: the message names the file, the row and the field and says what was expected
-  7  verification, stress or operations check failed: an objective fell below its target, or an
-     operated hour left demand unserved or needed GPUs beyond the caps
+  3  infeasible: no plan can meet the objectives; the message says why in planner's words
   4  time limit reached with a plan that is not proven within the requested gap (plan written)
   5  time limit reached without any plan (nothing written)
   6  numerical trouble in the solver (nothing written)
-  7  verification or stress check failed: a simulated objective fell below its target
+  7  verification, stress or operations check failed: an objective fell below its target, or an
+     operated hour left demand unserved or needed GPUs beyond the caps
   130 interrupted (Ctrl-C); nothing half-written is left behind
 """
 
