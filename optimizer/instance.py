@@ -429,3 +429,14 @@ def replicas_for(pool: Pool, requests_per_s: float) -> int:
     if pool.role in ("decode", "colocated"):
         need = max(need, math.ceil(requests_per_s / pool.decode_rps - 1e-9))
     return need
+
+
+def kappa(pool: Pool, n: int) -> float:
+    """Requests/s per replica of a pool of n replicas (peak-sized): f(n)/n for a queueing
+    pool (capped by the decode slots when colocated), the decode capacity for decode."""
+    if pool.table is None:
+        return pool.decode_rps
+    n = max(1, min(n, len(pool.table)))
+    per = float(pool.table[n - 1]) / n
+    return min(per, pool.decode_rps) if pool.role == "colocated" else per
+

@@ -43,12 +43,11 @@ import pandas as pd
 
 from formulations.linear import LinearProgram
 from optimizer.backends import HighsDirect
-from optimizer.costing import Solution, procurement_table
+from optimizer.costing import Solution, procurement_table, repair
 from optimizer.curves.queueing import servers_needed
 from optimizer.errors import ScenarioError
-from optimizer.instance import Instance, Pool
+from optimizer.instance import Instance, Pool, kappa
 from optimizer.scenario import Scenario
-from optimizer.solve import kappa
 
 TIE_BREAK_USD_PER_GPU_HOUR = 1e-4
 
@@ -226,6 +225,33 @@ def _run_hours(inst: Instance, commitment: Commitment, keys: list, lam: np.ndarr
         out["egress_usd"][i] = float(egress @ np.maximum(x[route_cols], 0.0))
     out["pools"] = list(lp.cols["flow"])
     return out
+
+
+def reoperate_slices(inst: Instance, sol: Solution) -> Solution | None:
+    """The plan's own slices operated again on its commitment and pools, then made whole and
+    re-committed (`costing.repair`): in the hourly program committed GPUs cost nothing, so
+    each slice fills them before it rents, which the master problem's linear prices cannot
+    see. The solve loop runs it as a descent after the master problem. None where the hourly
+    program does not apply (site-loss states, more than one regime) or a slice fails."""
+    if any(st.lost_site is not None or st.regime != inst.states[0].regime for st in inst.states):
+        return None
+    keys = sorted({(m, k) for m, k, _ in inst.demand})
+    lp = hour_program(inst, Commitment.of_solution(inst, sol), keys)
+    h = HighsDirect(lp).highs
+    rows = np.array([lp.rows["demand"][key] for key in keys], dtype=np.int32)
+    flows, routes, unserved = {}, {}, {}
+    for st in inst.states:
+        values = np.array([inst.demand.get((m, k, st.slice), 0.0) for m, k in keys])
+        h.changeRowsBounds(len(rows), rows, values, values)
+        h.run()
+        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+            return None
+        x = np.asarray(h.getSolution().col_value)
+        for block, out in (("flow", flows), ("route", routes), ("unserved", unserved)):
+            for key, col in lp.cols[block].items():
+                if x[col] > 1e-9:
+                    out[(*key, st.id) if isinstance(key, tuple) else (key, st.id)] = float(x[col])
+    return repair(inst, flows, routes, unserved)
 
 
 def _whole_replicas(p: Pool, load: np.ndarray) -> np.ndarray:

@@ -13,7 +13,11 @@ decomposes) therefore prices a pool's requests/s at a per-replica capacity κ:
   * plan solves: κ = f(n̂)/n̂ at the pool size reachable demand suggests, then tangents of
     each pool's cost at the last plan's load (a descent); each solve's flows are repaired
     into whole replicas — the smallest n with f(n) ≥ peak load, exact — and whole nodes;
-    the cheapest repaired plan is kept.
+    the cheapest repaired plan is kept;
+  * re-operation: with the kept plan's commitment fixed, every slice is routed again in a
+    small hourly program where committed GPUs cost nothing (`operate.reoperate_slices`), made
+    whole and re-committed — a few passes of a descent the master's linear prices cannot
+    make (measured on the reference scenario: 0.9 % cheaper in 0.4 s).
 Exact mode makes replicas integer with f exact on the integers (binaries per pool size);
 for small instances and checks.
 
@@ -36,11 +40,13 @@ from optimizer.backends import BACKENDS, Outcome, gc_paused
 from optimizer.costing import Solution, procurement_table, repair, unserved_penalty_usd
 from optimizer.curves.queueing import servers_needed
 from optimizer.errors import InfeasibleError, NumericalTroubleError, ScenarioError, TimeLimitNoPlanError
-from optimizer.instance import Instance, reach
+from optimizer.instance import Instance, kappa, reach
+from optimizer.operate import reoperate_slices
 
 AUTO_EXACT_BINARIES = 3000
 
 MAX_ROOM_SOLVES = 4  # extra solves allowed to make room where whole replicas overflowed
+REOPERATE_PASSES = 4  # slices operated again on the kept plan's commitment (`operate.reoperate_slices`)
 
 
 @dataclass(frozen=True)
@@ -58,7 +64,7 @@ class SolverSettings:
 
 @dataclass
 class SolveStep:
-    kind: str  # "plan" | "bound" | "exact"
+    kind: str  # "plan" | "bound" | "exact" | "reoperate"
     status: str
     objective_usd: float | None
     bound_usd: float | None
@@ -79,15 +85,6 @@ class SolveResult:
     steps: list[SolveStep] = field(default_factory=list)
     model_size: dict = field(default_factory=dict)
     exact: bool = False
-
-
-def kappa(pool, n: int) -> float:
-    """Requests/s per replica of a pool of n replicas (peak-sized)."""
-    if pool.table is None:
-        return pool.decode_rps
-    n = max(1, min(n, len(pool.table)))
-    per = float(pool.table[n - 1]) / n
-    return min(per, pool.decode_rps) if pool.role == "colocated" else per
 
 
 def _coefficients(inst: Instance, sizes: dict[tuple[int, int], int]) -> dict[tuple[int, int], float]:
@@ -347,6 +344,27 @@ def _dominant_pools(inst: Instance, cache: ModelCache, x: np.ndarray) -> None:
     cache.closed = sorted(closed)
 
 
+def _reoperate(inst: Instance, best: tuple[float, Solution], steps, deadline, say) -> tuple[float, Solution]:
+    """Descent on the commitment: operate every slice again on the current plan's committed
+    nodes, make it whole, re-commit; keep the cheapest plan that fits. The passes need not
+    fall monotonically (re-committing moves the free capacity), so all of them run."""
+    current = best[1]
+    for _ in range(REOPERATE_PASSES):
+        if time.perf_counter() >= deadline:
+            break
+        t = time.perf_counter()
+        new = reoperate_slices(inst, current)
+        if new is None or new.gpus_short or new.kw_over:
+            break
+        cost = plan_cost(inst, new)
+        steps.append(SolveStep("reoperate", "optimal", None, None, time.perf_counter() - t, cost))
+        say(f"slices operated on the commitment: whole plan ${cost:,.0f} ({time.perf_counter() - t:.1f} s)")
+        current = new
+        if cost < best[0] - 1e-6:
+            best = (cost, new)
+    return best
+
+
 def _solve_master(inst, cache: ModelCache, settings, steps, deadline, largest, guess, say) -> SolveResult:
     """Bound solve first (optimistic pooling: its plan consolidates), then a solve priced at
     the pool sizes reachable demand suggests, then tangent descent from the best plan so far.
@@ -405,7 +423,7 @@ def _solve_master(inst, cache: ModelCache, settings, steps, deadline, largest, g
     if best is None:
         raise InfeasibleError(
             "no whole plan fits the sites' supply caps and megawatts: " + "; ".join(last_fit[1].violations[:5]))
-    cost, sol = best
+    cost, sol = _reoperate(inst, best, steps, deadline, say)
     bound = float(bound) if bound is not None else 0.0
     gap = max(0.0, (cost - bound) / cost) if cost > 0 else 0.0
     if "time_limit" in statuses:
