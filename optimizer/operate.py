@@ -227,7 +227,7 @@ def _run_hours(inst: Instance, commitment: Commitment, keys: list, lam: np.ndarr
     return out
 
 
-def reoperate_slices(inst: Instance, sol: Solution) -> Solution | None:
+def reoperate_slices(inst: Instance, sol: Solution, closed: frozenset[int] = frozenset()) -> Solution | None:
     """The plan's own slices operated again on its commitment and pools, then made whole and
     re-committed (`costing.repair`): in the hourly program committed GPUs cost nothing, so
     each slice fills them before it rents, which the master problem's linear prices cannot
@@ -236,7 +236,9 @@ def reoperate_slices(inst: Instance, sol: Solution) -> Solution | None:
     if any(st.lost_site is not None or st.regime != inst.states[0].regime for st in inst.states):
         return None
     keys = sorted({(m, k) for m, k, _ in inst.demand})
-    lp = hour_program(inst, Commitment.of_solution(inst, sol), keys)
+    commitment = Commitment.of_solution(inst, sol)
+    commitment.pool_sizes = {pid: n for pid, n in commitment.pool_sizes.items() if pid not in closed}
+    lp = hour_program(inst, commitment, keys)
     h = HighsDirect(lp).highs
     rows = np.array([lp.rows["demand"][key] for key in keys], dtype=np.int32)
     flows, routes, unserved = {}, {}, {}

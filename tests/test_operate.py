@@ -106,7 +106,7 @@ def test_operate_cli_writes_its_tables_and_exit_codes(planned, capsys, tmp_path)
     assert "not a plan folder" in capsys.readouterr().err
 
 
-def test_reoperation_keeps_the_cheapest_plan_and_steps_aside_for_site_loss_states():
+def test_reoperation_and_closing_keep_the_cheapest_plan_and_step_aside_for_site_loss_states():
     s, raw = load_scenario(US_EAST)
     inst = build_instance(s, rtt_matrix(build_graph(s, raw.path.parent), s))
     result = solve(inst, settings_from(s))
@@ -114,6 +114,8 @@ def test_reoperation_keeps_the_cheapest_plan_and_steps_aside_for_site_loss_state
     assert passes, "the default mode re-operates the slices on the kept commitment"
     masters = [step.repaired_usd for step in result.steps if step.kind in ("bound", "plan")]
     assert result.objective_usd <= min(passes) + 1e-6
+    closing = [step for step in result.steps if step.kind == "consolidate"]
+    assert len(closing) == 1 and closing[0].repaired_usd == pytest.approx(result.objective_usd)
     assert result.objective_usd == pytest.approx(plan_cost(inst, result.solution))
     assert result.best_bound_usd <= result.objective_usd <= max(masters)
     s1, raw1 = load_scenario(US_EAST, ["policy.n_minus_1=true"])
