@@ -405,7 +405,8 @@ def _consolidate(inst: Instance, best: tuple[float, Solution], steps, deadline, 
 
 def _solve_master(inst, cache: ModelCache, settings, steps, deadline, largest, guess, say) -> SolveResult:
     """Bound solve first (optimistic pooling: its plan consolidates), then a solve priced at
-    the pool sizes reachable demand suggests, then tangent descent from the best plan so far.
+    the pool sizes reachable demand suggests, then tangent descent from the best plan so far
+    for as long as each solve improves on it.
     Every solve's flows are repaired into a whole plan; the cheapest plan that fits every
     supply cap and megawatt is kept. When whole replicas overflow a cap, later solves leave
     that much room there."""
@@ -451,8 +452,11 @@ def _solve_master(inst, cache: ModelCache, settings, steps, deadline, largest, g
             continue
         if best is None or cost < best[0] - 1e-6:
             best = (cost, sol)
-        elif it > len(starts):
-            break  # the descent stalled
+        elif kind == "plan":
+            # the descent stalled — or, from the first plan solve on, priced pools so dearly
+            # that it left demand the bound's own plan serves (measured on the 200-metro
+            # ladder step: $2.9 B of penalties against $0.19 B; each further solve 110 s)
+            break
         if it >= budget:
             break
     else:
