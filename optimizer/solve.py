@@ -49,7 +49,8 @@ AUTO_EXACT_BINARIES = 3000
 
 MAX_ROOM_SOLVES = 4  # extra solves allowed to make room where whole replicas overflowed
 REOPERATE_PASSES = 4  # slices operated again on the kept plan's commitment (`operate.reoperate_slices`)
-CONSOLIDATE_TRIALS = 20  # smallest (site, workload) pool groups tried for closing
+CONSOLIDATE_TRIALS = 40  # smallest (site, workload) pool groups tried for closing — a count, not a time,
+# so that a plan never depends on the machine's speed
 
 
 @dataclass(frozen=True)
@@ -372,11 +373,13 @@ def _reoperate(inst: Instance, best: tuple[float, Solution], steps, deadline, sa
 
 def _consolidate(inst: Instance, best: tuple[float, Solution], steps, deadline, say) -> tuple[float, Solution]:
     """Close whole (site, workload) groups of pools — the CONSOLIDATE_TRIALS smallest by
-    GPU-hours, smallest first — where the re-operated plan without them costs less: the
-    master's linear prices never see that a site's few replicas of a workload cost whole
-    replicas and whole nodes (measured on the reference: 2 of its 16 groups closed, 0.8 %
-    cheaper in 1.1 s). A closure that leaves demand unserved pays the penalty, so the cost
-    refuses it."""
+    GPU-hours, smallest first — where the re-operated plan without them costs less than the
+    best plan so far: the master's linear prices never see that a site's few replicas of a
+    workload cost whole replicas and whole nodes. A closure that leaves demand unserved pays
+    the penalty, so the cost refuses it. Measured: reference, 4 of 16 groups closed, 2.4 %
+    cheaper in 1.2 s; 100 × 30, 2 of 40, 0.3 % in 10 s. (Comparing each trial with the
+    re-operated chain before it instead closed 12 of 40 at 100 × 30, 2.5 % cheaper, but 5 of
+    16 on the reference, only 0.5 % cheaper: not kept.)"""
     weight = {st.id: st.weight_hours for st in inst.states}
     usage: dict = {}
     members: dict = {}
@@ -398,10 +401,9 @@ def _consolidate(inst: Instance, best: tuple[float, Solution], steps, deadline, 
         cost = plan_cost(inst, new)
         if cost < best[0] - 1e-6:
             best, closed, kept = (cost, new), trial, kept + 1
-    if tried:
-        steps.append(SolveStep("consolidate", "optimal", None, None, time.perf_counter() - t, best[0]))
-        say(f"closing small (site, workload) pool groups: {kept} of {tried} closed, whole plan ${best[0]:,.0f} "
-            f"({time.perf_counter() - t:.1f} s)")
+    steps.append(SolveStep("consolidate", "optimal", None, None, time.perf_counter() - t, best[0]))
+    say(f"closing small (site, workload) pool groups: {kept} of {tried} tried closed, whole plan ${best[0]:,.0f} "
+        f"({time.perf_counter() - t:.1f} s)")
     return best
 
 
