@@ -44,7 +44,7 @@ import pandas as pd
 from formulations.linear import LinearProgram
 from optimizer.backends import HighsDirect
 from optimizer.costing import Solution, procurement_table, repair
-from optimizer.curves.queueing import servers_needed
+from optimizer.curves.queueing import servers_needed_many
 from optimizer.errors import ScenarioError
 from optimizer.instance import Instance, Pool, kappa
 from optimizer.scenario import Scenario
@@ -260,7 +260,7 @@ def _whole_replicas(p: Pool, load: np.ndarray) -> np.ndarray:
     """Whole replicas for each hour's peak-sized load (as `instance.replicas_for`)."""
     n = np.zeros(len(load), dtype=np.int64)
     if p.table is not None:
-        n = np.array([servers_needed(v, p.table) for v in load], dtype=np.int64)
+        n = servers_needed_many(load, p.table)
     if p.role in ("decode", "colocated"):
         n = np.maximum(n, np.ceil(load / p.decode_rps - 1e-9).astype(np.int64))
     return np.where(load > 1e-12, n, 0)

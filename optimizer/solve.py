@@ -30,7 +30,6 @@ under a hard wall-clock guard.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field, replace
 
@@ -40,7 +39,7 @@ from formulations import build_program, refresh, structure
 from formulations.linear import INF
 from optimizer.backends import BACKENDS, Outcome, gc_paused
 from optimizer.costing import Solution, procurement_table, repair, unserved_penalty_usd
-from optimizer.curves.queueing import servers_needed
+from optimizer.curves.queueing import servers_needed_many
 from optimizer.errors import InfeasibleError, NumericalTroubleError, ScenarioError, TimeLimitNoPlanError
 from optimizer.instance import Instance, kappa, reach
 from optimizer.operate import reoperate_slices
@@ -104,17 +103,22 @@ def _coefficients(inst: Instance, sizes: dict[tuple[int, int], int]) -> dict[tup
 
 
 def pool_sizes(inst: Instance) -> tuple[dict, dict]:
-    """(largest size N each (pool, state) could need, a first guess n̂) from reachable demand."""
-    largest, guess = {}, {}
+    """(largest size N each (pool, state) could need, a first guess n̂) from reachable demand:
+    N serves all of it, n̂ half of it (at least one replica each)."""
+    by_pool: dict = {}
     for key, lam in reach(inst).items():
-        pool = inst.pools[key[0]]
-        load = lam * inst.peak_to_mean
+        by_pool.setdefault(key[0], []).append((key, lam * inst.peak_to_mean))
+    largest, guess = {}, {}
+    for pid, items in by_pool.items():
+        pool = inst.pools[pid]
+        keys = [key for key, _ in items]
+        load = np.array([v for _, v in items])
         if pool.table is None:
-            n = math.ceil(load / pool.decode_rps) if load > 0 else 1
-            largest[key] = guess[key] = max(n, 1)
-            continue
-        largest[key] = max(servers_needed(load, pool.table), 1)
-        guess[key] = max(servers_needed(load / 2.0, pool.table), 1)
+            full = half = np.ceil(load / pool.decode_rps)
+        else:
+            full, half = servers_needed_many(load, pool.table), servers_needed_many(load / 2.0, pool.table)
+        largest.update(zip(keys, np.maximum(full, 1).astype(int).tolist()))
+        guess.update(zip(keys, np.maximum(half, 1).astype(int).tolist()))
     return largest, guess
 
 

@@ -15,6 +15,7 @@ from optimizer.curves.queueing import (
     capacity_table,
     erlang_c,
     servers_needed,
+    servers_needed_many,
     slo_capacity_rps,
     wait_quantile_s,
 )
@@ -201,6 +202,14 @@ def test_servers_needed_beyond_the_table_is_never_optimistic(s, scv, budget, rho
         for lam in np.linspace(full[short_len - 1] * 1.01, full[-1] * 0.999, 25):
             exact = servers_needed(float(lam), full)
             assert servers_needed(float(lam), short) >= exact
+
+
+@pytest.mark.parametrize("s,scv,budget,rho", CASES)
+def test_servers_needed_many_equals_one_at_a_time(s, scv, budget, rho):
+    table = capacity_table(40, s, scv, budget, rho)
+    rng = np.random.default_rng(3)
+    rates = np.concatenate([[0.0, -1.0], rng.uniform(0, table[-1] * 3, 300), table, table * (1 + 1e-9)])
+    assert servers_needed_many(rates, table).tolist() == [servers_needed(float(x), table) for x in rates]
 
 
 def test_servers_needed_beyond_table_where_the_cap_binds():

@@ -82,6 +82,15 @@ def capacity_table(max_servers: int, mean_service_s, service_scv, wait_budget_s,
     return slo_capacity_rps(np.arange(1, max_servers + 1), mean_service_s, service_scv, wait_budget_s, max_utilization, quantile)
 
 
+def servers_needed_many(arrival_rates, table) -> np.ndarray:
+    """`servers_needed` for an array of arrival rates at once (one pool, many states)."""
+    table = np.asarray(table)
+    target = np.asarray(arrival_rates, dtype=float) * (1 - 1e-12)
+    inside = np.searchsorted(table, np.minimum(target, table[-1]), side="left") + 1
+    beyond = len(table) + np.ceil((target - table[-1]) / (table[-1] / len(table)))
+    return np.where(target <= 0, 0, np.where(target <= table[-1], inside, beyond)).astype(np.int64)
+
+
 def servers_needed(arrival_rate: float, table) -> int:
     """Smallest integer n with f(n) ≥ λ, from a `capacity_table` (0 for no load). Beyond the
     table (N entries), f is extended at its per-replica capacity f(N)/N — safe, because
