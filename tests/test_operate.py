@@ -16,7 +16,7 @@ from optimizer.operate import Commitment, calendar, hourly_demand, operate_plan,
 from optimizer.plan import make_plan, settings_from, write_plan
 from optimizer.scenario import DATA_DIR, load_scenario
 from optimizer.solve import plan_cost, solve
-from tests.small import SMALL
+from small import SMALL
 
 US_EAST = DATA_DIR / "scenarios" / "us-east.yaml"
 
