@@ -439,4 +439,3 @@ def kappa(pool: Pool, n: int) -> float:
     n = max(1, min(n, len(pool.table)))
     per = float(pool.table[n - 1]) / n
     return min(per, pool.decode_rps) if pool.role == "colocated" else per
-

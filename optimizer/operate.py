@@ -46,7 +46,8 @@ from optimizer.backends import HighsDirect
 from optimizer.costing import Solution, procurement_table, repair
 from optimizer.curves.queueing import servers_needed_many
 from optimizer.errors import ScenarioError
-from optimizer.instance import Instance, Pool, kappa
+from optimizer.instance import Instance, Pool, build_instance, kappa
+from optimizer.network import build_graph, rtt_matrix
 from optimizer.scenario import Scenario
 
 TIE_BREAK_USD_PER_GPU_HOUR = 1e-4
@@ -111,13 +112,7 @@ class Commitment:
 
     @classmethod
     def of_solution(cls, inst: Instance, sol: Solution) -> "Commitment":
-        nodes: dict = {}
-        for (s, g, _), n in sol.committed.items():
-            nodes[(s, g)] = nodes.get((s, g), 0) + n
-        sizes: dict = {}
-        for (pid, _), n in sol.replicas.items():
-            sizes[pid] = max(sizes.get(pid, 0), n)
-        return cls(nodes, sizes, *_costs(procurement_table(inst, sol)))
+        return cls(*_nodes_and_sizes(sol), *_costs(procurement_table(inst, sol)))
 
     @classmethod
     def of_plan(cls, inst: Instance, tables: dict[str, pd.DataFrame]) -> "Commitment":
@@ -138,17 +133,33 @@ class Commitment:
         return cls(nodes, sizes, *_costs(proc))
 
 
+def _nodes_and_sizes(sol: Solution) -> tuple[dict[tuple[str, str], int], dict[int, int]]:
+    """Committed nodes per (site, accelerator) and the largest size of each pool."""
+    nodes: dict = {}
+    for (s, g, _), n in sol.committed.items():
+        nodes[(s, g)] = nodes.get((s, g), 0) + n
+    sizes: dict = {}
+    for (pid, _), n in sol.replicas.items():
+        sizes[pid] = max(sizes.get(pid, 0), n)
+    return nodes, sizes
+
+
+def demand_keys(inst: Instance) -> list[tuple[str, str]]:
+    return sorted({(m, k) for m, k, _ in inst.demand})
+
+
 def _costs(proc: pd.DataFrame) -> tuple[float, float]:
     committed = float(proc[["cost_reserved_usd", "cost_owned_usd", "cost_energy_usd"]].fillna(0).sum().sum())
     return committed, float(proc["cost_usd"].sum())
 
 
-def hour_program(inst: Instance, commitment: Commitment, keys: list[tuple[str, str]]) -> LinearProgram:
-    """The hourly program on the plan's pools and commitment (demand rows at zero)."""
+def hour_program(inst: Instance, committed: dict[tuple[str, str], int], largest: dict[int, int],
+                 keys: list[tuple[str, str]]) -> LinearProgram:
+    """The hourly program on the committed nodes and the pools of ``largest`` (pool id →
+    largest planned size), demand rows at zero."""
     lp = LinearProgram()
     ptm = inst.peak_to_mean
     st = next(st for st in inst.states if st.slice == inst.peak_slice and st.lost_site is None)
-    largest = commitment.pool_sizes
     pools = [p for p in inst.pools_in(st) if largest.get(p.id, 0) > 0]
     entry = {(p.site, p.workload, p.tier) for p in pools if p.role != "decode"}
     wanted = set(keys)
@@ -185,7 +196,6 @@ def hour_program(inst: Instance, commitment: Commitment, keys: list[tuple[str, s
         lp.add_row("tier", key, tier_in.get(key, []) + [(c, -v) for c, v in tier_out.get(key, [])], 0.0, 0.0)
     for key in sorted(set(decode_in) | set(decode_out)):
         lp.add_row("decode", key, decode_in.get(key, []) + [(c, -v) for c, v in decode_out.get(key, [])], 0.0, 0.0)
-    committed = commitment.nodes
     cap = {key: float(inst.ondemand_max[key] if inst.allow_ondemand else 0) for key in inst.site_gpus}
     ondemand = lp.add_cols("ondemand", inst.site_gpus, upper=lambda key: cap[key])
     for key, col in ondemand.items():
@@ -201,25 +211,37 @@ def hour_program(inst: Instance, commitment: Commitment, keys: list[tuple[str, s
     return lp
 
 
+class _HourSolver:
+    """One hourly program in HiGHS; each `solve` changes only the demand rows and starts from
+    the last basis. (Threads are left as the process set them: HiGHS refuses a change once it
+    has run.)"""
+
+    def __init__(self, lp: LinearProgram, keys: list[tuple[str, str]]):
+        self.lp = lp
+        self.highs = HighsDirect(lp).highs
+        self.rows = np.array([lp.rows["demand"][key] for key in keys], dtype=np.int32)
+
+    def solve(self, demand_rps: np.ndarray) -> tuple[np.ndarray, bool]:
+        """(solution vector, optimal?) for one hour's demand per key."""
+        h = self.highs
+        h.changeRowsBounds(len(self.rows), self.rows, demand_rps, demand_rps)
+        h.run()
+        return np.asarray(h.getSolution().col_value), h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+
+
 def _run_hours(inst: Instance, commitment: Commitment, keys: list, lam: np.ndarray) -> dict:
     """Solve the hours in order; returns per-hour flows, egress and unserved."""
-    lp = hour_program(inst, commitment, keys)
-    backend = HighsDirect(lp)
-    h = backend.highs  # threads left as the process set them: HiGHS refuses a change once it has run
-    rows = np.array([lp.rows["demand"][key] for key in keys], dtype=np.int32)
+    solver = _HourSolver(hour_program(inst, commitment.nodes, commitment.pool_sizes, keys), keys)
+    lp = solver.lp
     flow_cols = np.array(list(lp.cols["flow"].values()), dtype=np.int64)
     unserved_cols = np.array([lp.cols["unserved"][key] for key in keys], dtype=np.int64)
-    route_keys = list(lp.cols["route"])
     route_cols = np.array(list(lp.cols["route"].values()), dtype=np.int64)
-    egress = np.array([3600.0 * inst.egress_usd_per_request[key[2]] for key in route_keys])
+    egress = np.array([3600.0 * inst.egress_usd_per_request[key[2]] for key in lp.cols["route"]])
     out = {"flows": np.zeros((len(lam), len(flow_cols))), "unserved": np.zeros((len(lam), len(keys))),
            "egress_usd": np.zeros(len(lam)), "status": []}
     for i, values in enumerate(lam):
-        h.changeRowsBounds(len(rows), rows, values, values)
-        h.run()
-        status = h.getModelStatus()
-        out["status"].append(status == highspy.HighsModelStatus.kOptimal)
-        x = np.asarray(h.getSolution().col_value)
+        x, optimal = solver.solve(values)
+        out["status"].append(optimal)
         out["flows"][i] = np.maximum(x[flow_cols], 0.0)
         out["unserved"][i] = np.maximum(x[unserved_cols], 0.0)
         out["egress_usd"][i] = float(egress @ np.maximum(x[route_cols], 0.0))
@@ -235,22 +257,17 @@ def reoperate_slices(inst: Instance, sol: Solution, closed: frozenset[int] = fro
     program does not apply (site-loss states, more than one regime) or a slice fails."""
     if any(st.lost_site is not None or st.regime != inst.states[0].regime for st in inst.states):
         return None
-    keys = sorted({(m, k) for m, k, _ in inst.demand})
-    commitment = Commitment.of_solution(inst, sol)
-    commitment.pool_sizes = {pid: n for pid, n in commitment.pool_sizes.items() if pid not in closed}
-    lp = hour_program(inst, commitment, keys)
-    h = HighsDirect(lp).highs
-    rows = np.array([lp.rows["demand"][key] for key in keys], dtype=np.int32)
+    keys = demand_keys(inst)
+    nodes, sizes = _nodes_and_sizes(sol)
+    solver = _HourSolver(hour_program(inst, nodes, {pid: n for pid, n in sizes.items() if pid not in closed}, keys),
+                         keys)
     flows, routes, unserved = {}, {}, {}
     for st in inst.states:
-        values = np.array([inst.demand.get((m, k, st.slice), 0.0) for m, k in keys])
-        h.changeRowsBounds(len(rows), rows, values, values)
-        h.run()
-        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        x, optimal = solver.solve(np.array([inst.demand.get((m, k, st.slice), 0.0) for m, k in keys]))
+        if not optimal:
             return None
-        x = np.asarray(h.getSolution().col_value)
         for block, out in (("flow", flows), ("route", routes), ("unserved", unserved)):
-            for key, col in lp.cols[block].items():
+            for key, col in solver.lp.cols[block].items():
                 if x[col] > 1e-9:
                     out[(*key, st.id) if isinstance(key, tuple) else (key, st.id)] = float(x[col])
     return repair(inst, flows, routes, unserved)
@@ -272,7 +289,7 @@ def operate_year(s: Scenario, inst: Instance, commitment: Commitment, *, noise_s
     say = progress or (lambda msg: None)
     start = time.perf_counter()
     cal = calendar(s, inst)
-    keys = sorted({(m, k) for m, k, _ in inst.demand})
+    keys = demand_keys(inst)
     lam = hourly_demand(s, inst, cal, keys, noise_sigma, seed)
     say(f"operating {len(cal):,} hours on the plan's commitment")
     run = _run_hours(inst, commitment, keys, lam)
@@ -357,9 +374,7 @@ def _summary(commitment: Commitment, hours, lam, unserved, sigma, seed, solve_s,
 
 def operate_plan(plan_dir, *, noise_sigma: float = 0.0, seed: int = 0, progress=None) -> Operations:
     """Operate a plan folder's commitment through the year of its own scenario."""
-    from optimizer.network import build_graph, rtt_matrix
-    from optimizer.plan import read_plan, scenario_of
-    from optimizer.instance import build_instance
+    from optimizer.plan import read_plan, scenario_of  # optimizer.plan imports solve, which imports this module
 
     plan = read_plan(plan_dir)
     s = scenario_of(plan, plan_dir)
