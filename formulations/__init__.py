@@ -45,7 +45,7 @@ def structure(inst) -> tuple:
         tuple((key, tuple(sorted(c.committed))) for key, c in sorted(inst.contracts.items())),
         tuple(sorted(key for key, cap in inst.ondemand_max.items() if cap > 0)),
         inst.cold_start_hours, inst.warm_fraction, tuple(sorted(inst.node_kw.items())),
-        tuple(sorted(inst.pue.items())), tuple(sorted(inst.gpus_per_node.items())), inst.peak_to_mean,
+        tuple(sorted(inst.pue.items())), tuple(sorted(inst.gpus_per_node.items())), tuple(sorted(inst.peak_to_mean.items())),
     )
 
 

@@ -2,7 +2,8 @@
 each (pool, state) and how its replicas are counted.
 
 Master mode:  GPUs(p, t) = gpus_per_rps[p,t] · y[p,t], a parameter the solve loop sets to
-              gpus · peak-to-mean / κ[p,t] (κ: requests/s per replica it prices the pool at).
+              gpus · peak-to-mean_k / κ[p,t] (κ: requests/s per replica it prices the pool at;
+              peak-to-mean_k the intra-hour peak factor of the pool's workload).
 Exact mode:   replicas n[p,t] ∈ ℤ≥0 and, where the pool queues (prefill, colocated), a
               choice δ[p,t,j] ∈ {0,1} of the pool size j with
               n = Σ_j j·δ_j,   Σ_j δ_j ≤ 1,   peak-to-mean · y ≤ Σ_j f(j)·δ_j
@@ -32,9 +33,9 @@ def add_pool_flows(build, role: str) -> dict:
             terms.gpu_load[(p.site, p.gpu, key[1])].append((col, Param("gpus_per_rps", key)))
         return flow
     replicas = lp.add_cols(f"{role}_replicas", index, integer=True)
-    ptm = inst.peak_to_mean
     for key, col in flow.items():
         p = inst.pools[key[0]]
+        ptm = p.peak_to_mean
         n = replicas[key]
         terms.gpu_load[(p.site, p.gpu, key[1])].append((n, float(p.gpus)))
         if p.table is not None:

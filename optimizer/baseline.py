@@ -67,7 +67,7 @@ def _plan_for(inst: Instance, k: str, gpu: str):
     flows, replicas = {}, {}
     for (site, sid), lam in load.items():
         pool = pools[(site, tier_at[site])]
-        n = replicas_for(pool, inst.peak_to_mean * lam)
+        n = replicas_for(pool, pool.peak_to_mean * lam)
         flows[(pool.id, sid)] = lam
         replicas[(pool.id, sid)] = n
         peak_nodes[site] = max(peak_nodes[site], math.ceil(n * pool.gpus / inst.gpus_per_node[gpu]))

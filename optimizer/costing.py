@@ -34,7 +34,7 @@ class Solution:
 
 def whole_replicas(inst: Instance, flows: dict[tuple[int, int], float]) -> dict[tuple[int, int], int]:
     """Replicas each pool needs for its peak-sized load (exact SLO capacity on the integers)."""
-    return {key: replicas_for(inst.pools[key[0]], inst.peak_to_mean * y) for key, y in flows.items()}
+    return {key: replicas_for(inst.pools[key[0]], inst.pools[key[0]].peak_to_mean * y) for key, y in flows.items()}
 
 
 def nodes_needed(inst: Instance, replicas: dict[tuple[int, int], int]) -> dict[tuple[str, str, int], int]:

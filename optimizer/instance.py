@@ -82,6 +82,7 @@ class Pool:
     table: np.ndarray | None = None
     decode_rps: float = 0.0
     speed: int = -1  # disaggregated pools: the decode speed class (prefill feeds decode of its class)
+    peak_to_mean: float = 1.0  # the workload's intra-hour peak factor: the pool is sized for mean load × this
 
     @property
     def gpus(self) -> int:
@@ -107,7 +108,7 @@ class Instance:
     workloads: list[str]
     gpus: list[str]
     demand: dict[tuple[str, str, int], float]  # (metro, workload, slice) → mean req/s
-    peak_to_mean: float
+    peak_to_mean: dict[str, float]  # workload → intra-hour peak factor its pools are sized for
     peak_slice: int
     arcs: dict[str, list[Arc]]  # regime → arcs
     pools: list[Pool]
@@ -192,7 +193,7 @@ class _PoolFactory:
     def add(self, role, regime, site, k, tier, c: ServingConfig, budget_ms: float = 0.0, speed: int = -1) -> int:
         table = self.table(c, budget_ms) if role != "decode" else None
         self.pools.append(Pool(len(self.pools), role, regime, site, k, tier, c.gpu, c, budget_ms, table, c.decode_rps,
-                               speed))
+                               speed, self.s.peak_to_mean(k)))
         return len(self.pools) - 1
 
 
@@ -302,7 +303,7 @@ def build_instance(s: Scenario, rtt: pd.DataFrame) -> Instance:
     return Instance(
         name=s.name, slices=slices, states=states,
         metros=list(s.metros), sites=list(s.sites), workloads=list(s.workloads), gpus=list(s.accelerators),
-        demand=demand, peak_to_mean=s.demand.peak_to_mean_intra_hour, peak_slice=peak_slice,
+        demand=demand, peak_to_mean={k: s.peak_to_mean(k) for k in s.workloads}, peak_slice=peak_slice,
         arcs=arcs, pools=factory.pools, tier_pools=tier_pools, decode_pools=decode_pools,
         site_gpus=site_gpus,
         gpus_per_node={g: a.gpus_per_node for g, a in s.accelerators.items()},
@@ -326,7 +327,7 @@ def build_instance(s: Scenario, rtt: pd.DataFrame) -> Instance:
 def _peak_load(s: Scenario, demand_df: pd.DataFrame) -> dict[str, float]:
     """Each workload's largest total load (req/s, peak-sized) in any slice: no pool carries more."""
     peak = demand_df.groupby(["workload", "slice"])["requests_per_s"].sum().groupby("workload").max()
-    return {k: float(peak.get(k, 0.0)) * s.demand.peak_to_mean_intra_hour for k in s.workloads}
+    return {k: float(peak.get(k, 0.0)) * s.peak_to_mean(k) for k in s.workloads}
 
 
 def _tier_of(rtt_ms: float, bands: list[float]) -> int | None:

@@ -158,7 +158,6 @@ def hour_program(inst: Instance, committed: dict[tuple[str, str], int], largest:
     """The hourly program on the committed nodes and the pools of ``largest`` (pool id →
     largest planned size), demand rows at zero."""
     lp = LinearProgram()
-    ptm = inst.peak_to_mean
     st = next(st for st in inst.states if st.slice == inst.peak_slice and st.lost_site is None)
     pools = [p for p in inst.pools_in(st) if largest.get(p.id, 0) > 0]
     entry = {(p.site, p.workload, p.tier) for p in pools if p.role != "decode"}
@@ -183,7 +182,7 @@ def hour_program(inst: Instance, committed: dict[tuple[str, str], int], largest:
     gpu_load: dict = {}
     for p in pools:
         y = flow[p.id]
-        gpus_per_rps = p.gpus * ptm / kappa(p, largest[p.id])
+        gpus_per_rps = p.gpus * p.peak_to_mean / kappa(p, largest[p.id])
         gpu_load.setdefault((p.site, p.gpu), []).append((y, gpus_per_rps))
         lp.add_cost(y, TIE_BREAK_USD_PER_GPU_HOUR * gpus_per_rps)
         if p.role == "decode":
@@ -296,10 +295,9 @@ def operate_year(s: Scenario, inst: Instance, commitment: Commitment, *, noise_s
     solve_s = time.perf_counter() - start
     pools = [inst.pools[pid] for pid in run["pools"]]
     flows, unserved = run["flows"], run["unserved"]
-    ptm = inst.peak_to_mean
     gpus = {key: np.zeros(len(cal)) for key in inst.site_gpus}
     for j, p in enumerate(pools):
-        gpus[(p.site, p.gpu)] += p.gpus * _whole_replicas(p, ptm * flows[:, j])
+        gpus[(p.site, p.gpu)] += p.gpus * _whole_replicas(p, p.peak_to_mean * flows[:, j])
     hours, sites = _cost_hours(inst, commitment, cal, gpus)
     hours["demand_rps"] = lam.sum(axis=1)
     hours["served_rps"] = flows[:, [j for j, p in enumerate(pools) if p.role != "decode"]].sum(axis=1)

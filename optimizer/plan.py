@@ -147,7 +147,7 @@ def _pool_wait_ms(inst: Instance, s: Scenario, pool, load: float, n: int) -> flo
         return 0.0
     q = s.workloads[pool.workload].slo_attainment
     c = pool.config
-    return float(wait_quantile_s(inst.peak_to_mean * load, n, c.service_mean_s, c.service_scv, q)) * 1e3
+    return float(wait_quantile_s(pool.peak_to_mean * load, n, c.service_mean_s, c.service_scv, q)) * 1e3
 
 
 def plan_tables(s: Scenario, inst: Instance, result: SolveResult) -> dict[str, pd.DataFrame]:
@@ -219,7 +219,7 @@ class _Settled:
         steps = self._step_table(c)
         if replicas <= 0 or load_rps <= 0:
             return float(steps[0]) * 1e3
-        per_replica = self.inst.peak_to_mean * load_rps / replicas
+        per_replica = pool.peak_to_mean * load_rps / replicas
         in_flight = per_replica * self.s.workloads[c.workload].osl_mean_tokens / c.tokens_per_step * steps
         fits = in_flight <= np.arange(1, len(steps) + 1)
         settled = int(np.argmax(fits)) if fits.any() else len(steps) - 1
@@ -260,7 +260,7 @@ def _slo_table(s: Scenario, inst: Instance, sol, pools_df: pd.DataFrame) -> pd.D
             faster = step / c.step_ms  # the prefill lane moves with the iteration
             transfer, first, itl = 0.0, 0.0, tail * step
             prefill = c.prefill_p99_ms * faster
-            wait = float(wait_quantile_s(inst.peak_to_mean * row.requests_per_s, row.replicas, c.service_mean_s * faster,
+            wait = float(wait_quantile_s(pool.peak_to_mean * row.requests_per_s, row.replicas, c.service_mean_s * faster,
                                          c.service_scv, s.workloads[row.workload].slo_attainment)) * 1e3
         path = {"queue_ms": wait, "prefill_ms": prefill, "transfer_ms": transfer,
                 "first_token_ms": first, "itl": itl, "mode": "disaggregated" if row.role == "prefill" else "colocated"}

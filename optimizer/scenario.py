@@ -195,6 +195,10 @@ class Workload(_Catalogued):
     slo_attainment: float = Field(0.99, description="fraction of requests that must meet both objectives")
     diurnal_profile: str = "consumer"
     peak_requests_per_s_per_million_people: float = Field(ge=0, le=1e6)
+    peak_to_mean_intra_hour: float | None = Field(
+        None, ge=1, le=20,
+        description="this workload's pools are sized for the hour's mean × this factor (burstiness within the "
+                    "hour, e.g. the busiest minute over the hour's mean); default: demand.peak_to_mean_intra_hour")
     rationale: str | None = None
 
     _frac = field_validator("prompt_cache_hit_rate")(lambda v: _fraction_check(v, "prompt_cache_hit_rate"))
@@ -496,6 +500,11 @@ class Scenario(_Strict):
     serving: Serving
     policy: Policy
     robust: Robust = Field(default_factory=Robust)
+
+    def peak_to_mean(self, workload: str) -> float:
+        """The intra-hour peak factor a workload's pools are sized for."""
+        own = self.workloads[workload].peak_to_mean_intra_hour
+        return own if own is not None else self.demand.peak_to_mean_intra_hour
 
 
 # --------------------------------------------------------------------------- tables

@@ -98,7 +98,7 @@ def _coefficients(inst: Instance, sizes: dict[tuple[int, int], int]) -> dict[tup
     for (pid, sid), n in sizes.items():
         pool = inst.pools[pid]
         per_replica = kappa(pool, n)
-        out[(pid, sid)] = pool.gpus * inst.peak_to_mean / per_replica if per_replica > 0 else 1e6
+        out[(pid, sid)] = pool.gpus * pool.peak_to_mean / per_replica if per_replica > 0 else 1e6
     return out
 
 
@@ -107,7 +107,7 @@ def pool_sizes(inst: Instance) -> tuple[dict, dict]:
     N serves all of it, n̂ half of it (at least one replica each)."""
     by_pool: dict = {}
     for key, lam in reach(inst).items():
-        by_pool.setdefault(key[0], []).append((key, lam * inst.peak_to_mean))
+        by_pool.setdefault(key[0], []).append((key, lam * inst.pools[key[0]].peak_to_mean))
     largest, guess = {}, {}
     for pid, items in by_pool.items():
         pool = inst.pools[pid]
@@ -286,7 +286,7 @@ def _tangent_coefficients(inst: Instance, sol: Solution, current: dict) -> dict:
         pool = inst.pools[key[0]]
         step = _marginal(pool, sol.replicas.get(key, 0))
         scale = packing.get((pool.site, pool.gpu), 1.0)
-        out[key] = pool.gpus * inst.peak_to_mean / step * scale if step > 0 else 1e6
+        out[key] = pool.gpus * pool.peak_to_mean / step * scale if step > 0 else 1e6
     return out
 
 

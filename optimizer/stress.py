@@ -227,14 +227,13 @@ def analyze(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     plan = read_plan(folder)
     s = validate(RawScenario(plan.scenario_data, {}, folder / "scenario.json"))
     phys = _Physics(s, plan.tables["curves"])
-    ptm = s.demand.peak_to_mean_intra_hour
     pools = plan.tables["pools"]
     weight = _slice_hours(s)
     state = {}
     for row in pools.itertuples(index=False):
         key = (row.site, row.workload, row.period, row.day_type, row.hour)
         p = phys.of(row.config)
-        lam = row.requests_per_s * ptm
+        lam = row.requests_per_s * s.peak_to_mean(row.workload)
         entry = state.setdefault(key, {"decode": {}, "tiers": {}})
         if row.role == "decode":
             d = entry["decode"].setdefault(row.speed, {"cap": 0.0, "load": 0.0, "itl": 0.0, "first": 0.0, "nic": math.inf})

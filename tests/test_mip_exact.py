@@ -49,12 +49,12 @@ def brute_force(inst) -> float:
         ranges = []
         for p in inst.pools:
             top = 0
-            while _capacity(p, top, inst.peak_to_mean) < demand and top < len(p.table):
+            while _capacity(p, top, p.peak_to_mean) < demand and top < len(p.table):
                 top += 1
             ranges.append(range(top + 1))
         opts = []
         for ns in itertools.product(*ranges):
-            served = min(demand, sum(_capacity(p, n, inst.peak_to_mean) for p, n in zip(inst.pools, ns)))
+            served = min(demand, sum(_capacity(p, n, p.peak_to_mean) for p, n in zip(inst.pools, ns)))
             gpus = {pair: 0 for pair in pairs}
             for p, n in zip(inst.pools, ns):
                 gpus[(p.site, p.gpu)] += n * p.gpus
@@ -105,5 +105,5 @@ def test_plan_pools_are_whole_and_fit_their_nodes(tiny):
     for (pid, sid), n in sol.replicas.items():
         pool = tiny.pools[pid]
         assert isinstance(n, int)
-        assert _capacity(pool, n, tiny.peak_to_mean) >= sol.flows[(pid, sid)] * (1 - 1e-9)
+        assert _capacity(pool, n, pool.peak_to_mean) >= sol.flows[(pid, sid)] * (1 - 1e-9)
     assert not sol.violations

@@ -71,3 +71,26 @@ def test_on_demand_ramps_pay_the_cold_start():
     # two slices of 4,380 h each; a rise from the low to the high slice repeats every day
     rises = pools.groupby(["site", "gpu", "hour"])["replicas"].sum()
     assert len(rises) >= 1
+
+
+def test_a_workloads_own_peak_factor_sizes_its_pools():
+    """A workload's `peak_to_mean_intra_hour` overrides the demand's: its pools are sized for
+    its mean load × its own factor — at 2.0 the exact plan carries the same mean flows on pools
+    whose SLO capacity covers twice the load (and costs more); setting the same value on the
+    demand section instead gives the same plan."""
+    base = make_plan(DATA / "tiny.yaml", exact=True)
+    own = make_plan(DATA / "tiny.yaml", ["workloads.code-completion.peak_to_mean_intra_hour=2.0"], exact=True)
+    shared = make_plan(DATA / "tiny.yaml", ["demand.peak_to_mean_intra_hour=2.0"], exact=True)
+    assert own.summary["total_cost_usd"] > base.summary["total_cost_usd"]
+    assert own.summary["total_cost_usd"] == pytest.approx(shared.summary["total_cost_usd"], rel=1e-9)
+    from optimizer.scenario import load_scenario
+    from optimizer.curves.queueing import capacity_table
+
+    s, _ = load_scenario(DATA / "tiny.yaml", ["workloads.code-completion.peak_to_mean_intra_hour=2.0"])
+    assert s.peak_to_mean("code-completion") == 2.0
+    curves = own.tables["curves"].set_index("id")
+    for row in own.tables["pools"].itertuples():
+        c = curves.loc[row.config]
+        table = capacity_table(row.replicas, c.service_mean_ms / 1e3, c.service_scv, row.queue_budget_ms / 1e3,
+                               s.serving.prefill_max_utilization, s.workloads[row.workload].slo_attainment)
+        assert 2.0 * row.requests_per_s <= table[-1] * (1 + 1e-9)

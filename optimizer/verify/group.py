@@ -215,7 +215,7 @@ def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Op
     s = model.s
     w = s.workloads[g.workload]
     m = s.models[w.model]
-    ptm = s.demand.peak_to_mean_intra_hour
+    ptm = s.peak_to_mean(g.workload)
     routes = [r for r in g.routes if r.requests_per_s > 0]
     if not routes:
         return None
