@@ -26,7 +26,8 @@ def add_to(build) -> None:
         for i, t in enumerate(order):
             prev[nominal[t]] = nominal[order[i - 1]]
     ondemand = lp.cols["ondemand"]
-    index = [key for key in ondemand if key[2] in prev]
+    # a cycle of one hour repeats itself: nothing rises, and its row would name one column twice
+    index = [key for key in ondemand if key[2] in prev and prev[key[2]] != key[2]]
     ramp = lp.add_cols("ramp", index)
     for (s, g, t), col in ramp.items():
         lp.add_row("ramp_up", (s, g, t), [(col, 1.0), (ondemand[(s, g, t)], -1.0), (ondemand[(s, g, prev[t])], 1.0)],

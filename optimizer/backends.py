@@ -67,6 +67,31 @@ class _Guard:
         self.timer.cancel()
 
 
+def run_interruptibly(highs: highspy.Highs) -> None:
+    """``highs.run()`` in a helper thread while this one waits: a signal (Ctrl-C, SIGTERM)
+    is then handled at once — HiGHS is cancelled and the exception goes on — instead of
+    after the solve, which may be minutes away."""
+    failure: list[BaseException] = []
+
+    def target():
+        try:
+            highs.run()
+        except BaseException as exc:  # handed to the waiting thread
+            failure.append(exc)
+
+    worker = threading.Thread(target=target, name="highs-run", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.2)
+    except BaseException:
+        highs.cancelSolve()
+        worker.join()
+        raise
+    if failure:
+        raise failure[0]
+
+
 def _status(highs: highspy.Highs) -> str:
     s = highs.getModelStatus()
     ms = highspy.HighsModelStatus
@@ -159,7 +184,7 @@ class HighsDirect:
         if threads:
             h.setOptionValue("threads", threads)
         with _Guard(h, max(seconds, 1.0)):
-            h.run()
+            run_interruptibly(h)
         info = h.getInfo()
         has = info.primal_solution_status == 2
         status = _status(h)

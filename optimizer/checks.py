@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from optimizer.billing import token_prices
 from optimizer.configs import (
     BYTES_PER_VALUE,
@@ -191,13 +193,13 @@ MAX_PEAK_REQUESTS_PER_S = 1e8
 def _check_demand(s: Scenario, raw: RawScenario) -> None:
     """Some demand, finite, and not beyond any fleet. The culprit is named: the demand table
     row, or the factor of the demand model furthest above its usual size."""
-    from optimizer.demand import annual_requests, build_demand, build_slices
+    from optimizer.demand import build_slices, total_per_slice
 
     slices = build_slices(s)
-    demand = build_demand(s, slices)
-    total = annual_requests(demand, slices) if len(demand) else 0.0
-    per_slice = demand.groupby("slice")["requests_per_s"].sum() if len(demand) else None
-    peak = float(per_slice.max()) if per_slice is not None else 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        per_slice = total_per_slice(s, slices)
+        total = float((per_slice * slices["weight_hours"].to_numpy()).sum() * 3600.0)
+    peak = float(per_slice.max()) if len(per_slice) else 0.0
     if math.isfinite(total) and total >= 1.0 and peak <= MAX_PEAK_REQUESTS_PER_S:
         return
     if s.demand.table is not None:

@@ -9,7 +9,12 @@ import json
 import sys
 from pathlib import Path
 
+from optimizer.arguments import (BATCH_TOKENS, MILLISECONDS, NOISE_SIGMA, PRICE, REQUESTS, SEED, TOKENS, WORKERS, Parser,
+                                 factor, field_value)
 from optimizer.errors import FleetplanError, ScenarioError
+from optimizer.outputs import (COMPARISON, PLAN, Terminated, file_target, folder_target, plan_folder_to_update, save_png,
+                               terminate_as_interrupt)
+from optimizer.scenario import Policy
 
 
 def _print_json(obj) -> None:
@@ -58,7 +63,7 @@ def cmd_curves(args) -> int:
     out = operating_table(model, gpu, s.serving, args.isl, args.osl, args.itl_ms, price,
                           args.dtype, args.kv_dtype or args.dtype, args.ttft_ms)
     if args.plot:
-        _plot_curves(out, model, gpu, s.serving, args)
+        _plot_curves(out, model, gpu, s.serving, args, file_target(args.plot, "png", flag="--plot"))
     if args.json:
         _print_json(out)
         return 0
@@ -78,7 +83,7 @@ def cmd_curves(args) -> int:
     return 0
 
 
-def _plot_curves(out, model, gpu, serving, args) -> None:
+def _plot_curves(out, model, gpu, serving, args, target: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -103,8 +108,7 @@ def _plot_curves(out, model, gpu, serving, args) -> None:
     for ax in (ax1, ax2):
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(args.plot, dpi=110)
-    plt.close(fig)
+    save_png(fig, target)
 
 
 def cmd_validate(args) -> int:
@@ -162,36 +166,42 @@ def cmd_budget(args) -> int:
 
 
 def cmd_network(args) -> int:
-    from optimizer.network import build_graph, plot_map, rtt_long, rtt_matrix, write_edge_csv, write_graphml
+    from optimizer.network import (EDGE_CSV_HEADER, RTT_CSV_HEADER, build_graph, plot_map, rtt_long, rtt_matrix,
+                                   write_edge_csv, write_graphml)
+    from optimizer.outputs import write_csv
     from optimizer.scenario import load_scenario
 
     s, raw = load_scenario(args.scenario)
+    inputs = raw.files()
+    targets = {}
+    for flag, value, kind, header in (("--rtt-csv", args.rtt_csv, "csv", RTT_CSV_HEADER), ("--graphml", args.graphml, "graphml", None),
+                                      ("--edges-csv", args.edges_csv, "csv", EDGE_CSV_HEADER), ("--plot", args.plot, "png", None)):
+        if value is not None:
+            targets[flag] = file_target(value, kind, flag=flag, header=header, inputs=inputs)
+    if len(set(targets.values())) < len(targets):
+        raise ScenarioError("two outputs name the same file; give each its own", field=", ".join(targets))
     g = build_graph(s, raw.path.parent)
     rtt = rtt_matrix(g, s)
-    if args.rtt_csv:
-        _atomic_write_csv(rtt_long(rtt), Path(args.rtt_csv))
-    if args.graphml:
-        write_graphml(g, Path(args.graphml))
-    if args.edges_csv:
-        write_edge_csv(g, Path(args.edges_csv))
-    if args.plot:
-        plot_map(g, s, Path(args.plot))
+    if "--rtt-csv" in targets:
+        write_csv(rtt_long(rtt), targets["--rtt-csv"])
+    if "--graphml" in targets:
+        write_graphml(g, targets["--graphml"])
+    if "--edges-csv" in targets:
+        write_edge_csv(g, targets["--edges-csv"])
+    if "--plot" in targets:
+        plot_map(g, s, targets["--plot"])
     nearest = rtt.min(axis=1)
     print(f"{len(s.metros)} metros × {len(s.sites)} sites; RTT to the nearest site: median {nearest.median():.1f} ms, "
           f"worst {nearest.max():.1f} ms ({nearest.idxmax()})")
     return 0
 
 
-def _atomic_write_csv(df, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    df.to_csv(tmp, index=False)
-    tmp.replace(path)
-
-
 def cmd_plan(args) -> int:
     from optimizer.plan import make_plan, write_plan
 
     progress = (lambda msg: print(msg, file=sys.stderr)) if not args.quiet else None
+    inputs = [args.scenario] if args.scenario else []
+    folder_target(args.out, PLAN, inputs=inputs)  # refuse a bad target before any work
     if args.from_plan:
         if args.scenario or args.set:
             raise ScenarioError("--from-plan replans a plan folder as recorded; give no SCENARIO or --set with it")
@@ -202,7 +212,7 @@ def cmd_plan(args) -> int:
         plan = make_plan(args.scenario, args.set or [], time_limit_s=args.time_limit, mip_gap=args.mip_gap,
                          threads=args.threads, exact=args.exact, allow_unserved=args.allow_unserved,
                          robust=args.robust, backend=args.backend, progress=progress)
-    out = write_plan(plan, args.out, report=not args.no_report)
+    out = write_plan(plan, args.out, report=not args.no_report, inputs=plan.inputs)
     sm = plan.summary
     if args.json:
         _print_json({k: v for k, v in sm.items() if k != "steps"})
@@ -213,6 +223,11 @@ def cmd_plan(args) -> int:
     return 0
 
 
+def _or_dash(value, fmt: str) -> str:
+    """A figure, or "–" where the plan has none (no tokens served, no power drawn)."""
+    return "–" if value is None else fmt.format(value)
+
+
 def _plan_text(sm: dict, out) -> str:
     lines = [
         f"plan of '{sm['scenario']}' written to {out}",
@@ -220,9 +235,9 @@ def _plan_text(sm: dict, out) -> str:
         + (f" + ${sm['unserved_penalty_usd']:,.0f} penalty for unserved demand" if sm["unserved_penalty_usd"] else "")
         + f", proven bound ${sm['best_bound_usd']:,.0f}, gap {100 * sm['mip_gap']:.2f} % "
         f"(target {100 * sm['mip_gap_target']:.2f} %)" + ("" if sm["proven_within_gap"] else " — NOT proven within the target"),
-        f"  ${sm['cost_per_million_tokens_usd']:.3f} per million goodput output tokens; "
+        f"  {_or_dash(sm['cost_per_million_tokens_usd'], '${:.3f}')} per million goodput output tokens; "
         f"{sm['goodput_tokens_per_s_avg']:,.0f} tok/s on average, {sm['goodput_tokens_per_s_peak']:,.0f} at peak; "
-        f"{sm['tokens_per_s_per_mw']:,.0f} tok/s per MW",
+        f"{_or_dash(sm['tokens_per_s_per_mw'], '{:,.0f}')} tok/s per MW",
         f"  reserved share of GPU-hours {100 * sm['reserved_share_of_gpu_hours']:.0f} %, average utilisation "
         f"{100 * sm['average_utilization']:.0f} %, unserved {100 * sm['unserved_fraction']:.3f} %",
         "  GPUs at peak: " + ", ".join(f"{g} {n:,}" for g, n in sm["gpus_by_type_peak"].items()),
@@ -267,8 +282,11 @@ def cmd_compare(args) -> int:
     if len(args.plans) < 2:
         raise ScenarioError("give at least two plan folders to compare")
     for d in args.plans:
-        if not (Path(d) / "summary.json").exists():
-            raise ScenarioError("not a plan folder (no summary.json)", field=d)
+        if not (Path(d) / "summary.json").is_file():
+            raise ScenarioError("not a plan folder (no summary.json); expected a folder written by fleetplan plan",
+                                field=d)
+    if args.out is not None:
+        folder_target(args.out, COMPARISON, inputs=args.plans)
     cmp = compare(args.plans)
     print(comparison_text(cmp))
     if args.out:
@@ -280,8 +298,7 @@ def cmd_compare(args) -> int:
 def cmd_report(args) -> int:
     from optimizer.report import write_report
 
-    if not (Path(args.plan_dir) / "summary.json").exists():
-        raise ScenarioError("not a plan folder (no summary.json)", field=args.plan_dir)
+    plan_folder_to_update(args.plan_dir)
     print(f"written: {write_report(args.plan_dir)}")
     return 0
 
@@ -291,8 +308,7 @@ def cmd_verify(args) -> int:
 
     from optimizer.verify import record_verification, verify_plan, write_verify
 
-    if not (Path(args.plan_dir) / "summary.json").exists():
-        raise ScenarioError("not a plan folder (no summary.json)", field=args.plan_dir)
+    plan_folder_to_update(args.plan_dir)
     slices = args.slices
     if slices not in ("peak", "all"):
         slices = [x.strip() for x in slices.split(",") if x.strip()]
@@ -321,16 +337,8 @@ def cmd_verify(args) -> int:
 def cmd_stress(args) -> int:
     from optimizer.stress import stress, write_stress
 
-    if not (Path(args.plan_dir) / "summary.json").exists():
-        raise ScenarioError("not a plan folder (no summary.json)", field=args.plan_dir)
-    factor = {}
-    for name in ("demand", "rtt"):
-        text = getattr(args, name)
-        try:
-            factor[name] = float(text.lstrip("×x*")) if text else 1.0
-        except ValueError:
-            raise ScenarioError(f"expected a factor like ×1.3, got {text!r}", field=f"--{name}") from None
-    result = stress(args.plan_dir, args.perturb or [], demand_factor=factor["demand"], rtt_factor=factor["rtt"],
+    plan_folder_to_update(args.plan_dir)
+    result = stress(args.plan_dir, args.perturb or [], demand_factor=args.demand, rtt_factor=args.rtt,
                     lose_site=args.lose_site, verify=args.verify, requests=args.requests, seed=args.seed,
                     progress=None if args.json else (lambda m: print(m, file=sys.stderr)))
     write_stress(result, args.plan_dir)
@@ -345,10 +353,7 @@ def cmd_stress(args) -> int:
 def cmd_operate(args) -> int:
     from optimizer.operate import operate_plan, write_operations
 
-    if not (Path(args.plan_dir) / "summary.json").exists():
-        raise ScenarioError("not a plan folder (no summary.json)", field=args.plan_dir)
-    if not 0 <= args.noise_sigma <= 2:
-        raise ScenarioError(f"expected a log-normal σ between 0 and 2, got {args.noise_sigma}", field="--noise-sigma")
+    plan_folder_to_update(args.plan_dir)
     ops = operate_plan(args.plan_dir, noise_sigma=args.noise_sigma, seed=args.seed,
                        progress=None if args.json else (lambda m: print(m, file=sys.stderr)))
     write_operations(ops, args.plan_dir)
@@ -379,17 +384,17 @@ def cmd_scenarios(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fleetplan", description="Plan LLM-inference fleets at the lowest cost that meets p99 latency objectives.")
+    p = Parser(prog="fleetplan", description="Plan LLM-inference fleets at the lowest cost that meets p99 latency objectives.")
     sub = p.add_subparsers(dest="command", required=True)
 
     c = sub.add_parser("curves", help="operating table of a model on an accelerator")
     c.add_argument("--model", required=True)
     c.add_argument("--gpu", required=True)
-    c.add_argument("--isl", type=float, default=2000, help="prompt tokens (default 2000)")
-    c.add_argument("--osl", type=float, default=500, help="output tokens (default 500)")
-    c.add_argument("--itl-ms", type=float, default=50.0, help="p99 inter-token objective (default 50)")
-    c.add_argument("--ttft-ms", type=float, help="p99 TTFT objective, to show the headroom after prefill")
-    c.add_argument("--price-usd-per-gpu-hour", type=float, help="default: the scenario's on-demand price")
+    c.add_argument("--isl", type=TOKENS, default=2000, help="prompt tokens (default 2000)")
+    c.add_argument("--osl", type=TOKENS, default=500, help="output tokens (default 500)")
+    c.add_argument("--itl-ms", type=MILLISECONDS, default=50.0, help="p99 inter-token objective (default 50)")
+    c.add_argument("--ttft-ms", type=MILLISECONDS, help="p99 TTFT objective, to show the headroom after prefill")
+    c.add_argument("--price-usd-per-gpu-hour", type=PRICE, help="default: the scenario's on-demand price")
     c.add_argument("--dtype", choices=["bf16", "fp8"], default="bf16", help="weight precision")
     c.add_argument("--kv-dtype", choices=["bf16", "fp8"], help="KV precision (default: as weights)")
     c.add_argument("--scenario", help="take catalogue and serving settings from this scenario (default: reference)")
@@ -421,9 +426,9 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plan", help="plan a scenario (default: the embedded reference scenario)")
     pl.add_argument("scenario", nargs="?")
     pl.add_argument("--out", default="plan", help="plan folder to write (default ./plan)")
-    pl.add_argument("--time-limit", type=float, help="seconds for the whole solve (default: the scenario's policy)")
-    pl.add_argument("--mip-gap", type=float, help="target relative gap (default: the scenario's policy)")
-    pl.add_argument("--threads", type=int)
+    pl.add_argument("--time-limit", type=field_value(Policy, "time_limit_s"), help="seconds for the whole solve (default: the scenario's policy)")
+    pl.add_argument("--mip-gap", type=field_value(Policy, "mip_gap"), help="target relative gap (default: the scenario's policy)")
+    pl.add_argument("--threads", type=field_value(Policy, "threads"))
     pl.add_argument("--backend", choices=["highs", "pyomo"], default="highs",
                     help="hand the program to HiGHS directly (default) or through Pyomo's persistent interface")
     pl.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario field by dotted path")
@@ -449,13 +454,13 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--grid", action="store_true", help="every combination (default)")
     how.add_argument("--one-at-a-time", action="store_true", help="one key at a time, with a tornado chart")
     sw.add_argument("--executor", choices=["local", "dask"], default="local")
-    sw.add_argument("--workers", type=int, default=2)
+    sw.add_argument("--workers", type=WORKERS, default=2)
     sw.add_argument("--scheduler", help="address of a running Dask scheduler (default: a local cluster)")
     sw.add_argument("--out", default="sweep", help="output folder (default ./sweep); re-running skips finished runs")
     sw.add_argument("--reuse", action="store_true",
                     help="refresh a built model between runs of the same structure (faster; equal within the gap)")
-    sw.add_argument("--time-limit", type=float)
-    sw.add_argument("--mip-gap", type=float)
+    sw.add_argument("--time-limit", type=field_value(Policy, "time_limit_s"))
+    sw.add_argument("--mip-gap", type=field_value(Policy, "mip_gap"))
     sw.add_argument("--quiet", action="store_true")
     sw.set_defaults(func=cmd_sweep)
 
@@ -472,9 +477,9 @@ def build_parser() -> argparse.ArgumentParser:
     vf.add_argument("plan_dir")
     vf.add_argument("--slices", default="peak",
                     help="peak (the busiest hour of each period), all, or PERIOD/DAYTYPE/HOUR,… (default peak)")
-    vf.add_argument("--requests", type=int, default=20000, help="simulated requests per (site, workload, slice)")
-    vf.add_argument("--seed", type=int, default=0)
-    vf.add_argument("--prefill-batch-tokens", type=int, default=0, metavar="N",
+    vf.add_argument("--requests", type=REQUESTS, default=20000, help="simulated requests per (site, workload, slice)")
+    vf.add_argument("--seed", type=SEED, default=0)
+    vf.add_argument("--prefill-batch-tokens", type=BATCH_TOKENS, default=0, metavar="N",
                     help="what-if: prefill servers batch waiting prompts up to N new tokens (default 0: one "
                          "prompt at a time, as the plan sized them)")
     vf.add_argument("--json", action="store_true")
@@ -484,20 +489,20 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("plan_dir")
     st.add_argument("--perturb", action="append", metavar="KEY=VALUE",
                     help="scenario path and value or ×factor; * stands for every row (workloads.*.isl_mean_tokens=×1.3)")
-    st.add_argument("--demand", metavar="×F", help="scale every routed flow")
-    st.add_argument("--rtt", metavar="×F", help="scale every round trip")
+    st.add_argument("--demand", type=factor, default=1.0, metavar="×F", help="scale every routed flow")
+    st.add_argument("--rtt", type=factor, default=1.0, metavar="×F", help="scale every round trip")
     st.add_argument("--lose-site", metavar="ID", help="the site goes dark; its traffic moves to the nearest pools that can take it")
     st.add_argument("--verify", action="store_true", help="also simulate the perturbed plan")
-    st.add_argument("--requests", type=int, default=2000, help="simulated requests per group with --verify")
-    st.add_argument("--seed", type=int, default=0)
+    st.add_argument("--requests", type=REQUESTS, default=2000, help="simulated requests per group with --verify")
+    st.add_argument("--seed", type=SEED, default=0)
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=cmd_stress)
 
     op = sub.add_parser("operate", help="operate a plan's commitment hour by hour through its 8,760-hour year")
     op.add_argument("plan_dir")
-    op.add_argument("--noise-sigma", type=float, default=0.0, metavar="σ",
+    op.add_argument("--noise-sigma", type=NOISE_SIGMA, default=0.0, metavar="σ",
                     help="day-to-day demand variation per workload, log-normal σ (0: none)")
-    op.add_argument("--seed", type=int, default=0)
+    op.add_argument("--seed", type=SEED, default=0)
     op.add_argument("--json", action="store_true")
     op.set_defaults(func=cmd_operate)
 
@@ -509,10 +514,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        with terminate_as_interrupt():
+            return int(args.func(args) or 0)
     except FleetplanError as exc:
         print(f"fleetplan: {exc}", file=sys.stderr)
         return exc.exit_code
+    except Terminated:
+        print("fleetplan: terminated (SIGTERM); nothing half-written was left behind", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("fleetplan: interrupted; nothing half-written was left behind", file=sys.stderr)
         return 130

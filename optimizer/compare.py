@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from optimizer.outputs import COMPARISON, folder_target, save_png, write_csv
 from optimizer.plan import Plan, read_plan
 
 COST_LINES = {
@@ -28,6 +29,7 @@ class Comparison:
     gpus: pd.DataFrame  # (site, gpu) × plan: GPUs at peak
     money: pd.DataFrame  # cost line × plan
     routing_changes: pd.DataFrame  # metro, workload, site in each plan (rows where they differ)
+    sources: list[Path]  # the plan folders compared
 
     @property
     def identical(self) -> bool:
@@ -103,12 +105,12 @@ def compare(plan_dirs: list[str | Path]) -> Comparison:
     money = pd.DataFrame({n: _money(p) for n, p in zip(names, plans)}).fillna(0)
     sites = pd.DataFrame({n: _main_site(p) for n, p in zip(names, plans)})
     changed = sites[sites.nunique(axis=1, dropna=False) > 1].reset_index() if len(names) > 1 else sites.iloc[0:0]
-    return Comparison(names, headline, by_workload, gpus, money, changed)
+    return Comparison(names, headline, by_workload, gpus, money, changed, paths)
 
 
 def write_comparison(cmp: Comparison, out: str | Path) -> Path:
     """compare.csv (long form: section, key, plan, value), routing_changes.csv, compare.png."""
-    out = Path(out)
+    out = folder_target(out, COMPARISON, inputs=cmp.sources)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for section, frame in (("headline", cmp.headline), ("money", cmp.money)):
@@ -120,16 +122,10 @@ def write_comparison(cmp: Comparison, out: str | Path) -> Path:
         for n in cmp.names:
             for metric in ("cost_usd", "cost_per_million_tokens_usd"):
                 rows.append({"section": f"workload_{metric}", "key": workload, "plan": n, "value": row[(n, metric)]})
-    _atomic_csv(pd.DataFrame(rows), out / "compare.csv")
-    _atomic_csv(cmp.routing_changes, out / "routing_changes.csv")
+    write_csv(pd.DataFrame(rows), out / "compare.csv")
+    write_csv(cmp.routing_changes, out / "routing_changes.csv")
     _chart(cmp, out / "compare.png")
     return out
-
-
-def _atomic_csv(df: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    df.to_csv(tmp, index=False)
-    tmp.replace(path)
 
 
 def _chart(cmp: Comparison, path: Path) -> None:
@@ -158,8 +154,7 @@ def _chart(cmp: Comparison, path: Path) -> None:
         ax.tick_params(axis="x", rotation=20)
         ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_png(fig, path)
 
 
 def comparison_text(cmp: Comparison) -> str:

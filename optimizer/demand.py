@@ -49,19 +49,33 @@ def profile_at(profile: list[float], local_hour) -> np.ndarray:
 
 
 def modelled_demand(s: Scenario, slices: pd.DataFrame) -> pd.DataFrame:
-    mix = {(r.metro, r.workload): r.multiplier for r in s.demand.mix}
-    hours = slices["hour"].to_numpy()
+    """The model of the module docstring, as arrays: metros × workloads × slices at once,
+    in that order (rows where a metro's base rate for a workload is zero are left out)."""
+    metros, workloads = list(s.metros.values()), list(s.workloads.values())
+    if not metros or not workloads:
+        return _empty()
+    hours = slices["hour"].to_numpy(dtype=float)
     seasonal = slices["day_multiplier"].to_numpy() * (1 + s.demand.growth_per_period) ** slices["period_index"].to_numpy()
-    frames = []
-    for m in s.metros.values():
-        local = hours + m.utc_offset_hours
-        for k, w in s.workloads.items():
-            base = w.peak_requests_per_s_per_million_people * m.weight * mix.get((m.id, k), 1.0) * s.demand.scale
-            if base <= 0:
-                continue
-            rate = base * profile_at(s.diurnal[w.diurnal_profile], local) * seasonal
-            frames.append(pd.DataFrame({"metro": m.id, "workload": k, "slice": slices.index, "requests_per_s": rate}))
-    return pd.concat(frames, ignore_index=True) if frames else _empty()
+    local = hours[None, :] + np.array([m.utc_offset_hours for m in metros])[:, None]  # metros × slices
+    row, col = {m.id: i for i, m in enumerate(metros)}, {w.id: j for j, w in enumerate(workloads)}
+    mix = np.ones((len(metros), len(workloads)))
+    for r in s.demand.mix:
+        mix[row[r.metro], col[r.workload]] = r.multiplier
+    base = (np.array([m.weight for m in metros])[:, None] * mix * s.demand.scale
+            * np.array([w.peak_requests_per_s_per_million_people for w in workloads])[None, :])
+    profile = np.stack([profile_at(s.diurnal[w.diurnal_profile], local) for w in workloads], axis=1)
+    rate = base[:, :, None] * profile * seasonal[None, None, :]  # metros × workloads × slices
+    keep = base > 0
+    if not keep.any():
+        return _empty()
+    mi, wi = np.nonzero(keep)
+    n = len(slices)
+    return pd.DataFrame({
+        "metro": np.repeat(np.array([m.id for m in metros], dtype=object)[mi], n),
+        "workload": np.repeat(np.array([w.id for w in workloads], dtype=object)[wi], n),
+        "slice": np.tile(slices.index.to_numpy(), len(mi)),
+        "requests_per_s": rate[mi, wi].ravel(),
+    })
 
 
 def tabled_demand(s: Scenario, slices: pd.DataFrame) -> pd.DataFrame:
@@ -87,6 +101,28 @@ def build_demand(s: Scenario, slices: pd.DataFrame | None = None) -> pd.DataFram
     """Long table (metro, workload, slice, requests_per_s), mean rate in the slice's hour."""
     slices = build_slices(s) if slices is None else slices
     return tabled_demand(s, slices) if s.demand.table is not None else modelled_demand(s, slices)
+
+
+def total_per_slice(s: Scenario, slices: pd.DataFrame) -> np.ndarray:
+    """Requests/s of all metros and workloads in each slice, without the long table: metros
+    of one UTC offset share the diurnal curve, so the model sums their weights first —
+    a catalogue of any size costs one profile per (workload, offset)."""
+    if s.demand.table is not None:
+        long = tabled_demand(s, slices)
+        return long.groupby("slice")["requests_per_s"].sum().reindex(slices.index, fill_value=0.0).to_numpy()
+    hours = slices["hour"].to_numpy(dtype=float)
+    seasonal = slices["day_multiplier"].to_numpy() * (1 + s.demand.growth_per_period) ** slices["period_index"].to_numpy()
+    mix = {(r.metro, r.workload): r.multiplier for r in s.demand.mix}
+    total = np.zeros(len(slices))
+    for k, w in s.workloads.items():
+        by_offset: dict[float, float] = {}
+        for m in s.metros.values():
+            weight = m.weight * mix.get((m.id, k), 1.0)
+            by_offset[m.utc_offset_hours] = by_offset.get(m.utc_offset_hours, 0.0) + weight
+        for offset, weight in by_offset.items():
+            total += (w.peak_requests_per_s_per_million_people * weight * s.demand.scale
+                      * profile_at(s.diurnal[w.diurnal_profile], hours + offset))
+    return total * seasonal
 
 
 def annual_requests(demand: pd.DataFrame, slices: pd.DataFrame) -> float:

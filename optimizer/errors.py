@@ -76,8 +76,18 @@ class VerificationFailed(FleetplanError):
     exit_code = 7
 
 
+def yaml_bool_hint(value) -> str:
+    """Why a name came out as true/false: YAML 1.1 reads unquoted on/off/yes/no/y/n as booleans."""
+    if isinstance(value, bool):
+        return (" — YAML reads unquoted on, off, yes, no, y, n, true and false as true/false; "
+                "quote the name (e.g. 'no' for Norway)")
+    return ""
+
+
 def unknown_id_message(kind: str, value: str, known) -> str:
     """'unknown accelerator 'h100' — did you mean h100-sxm? Known: …'."""
+    if isinstance(value, bool):
+        return f"unknown {kind} {value}{yaml_bool_hint(value)}"
     known = sorted({str(k) for k in known})
     near = get_close_matches(str(value), known, n=3, cutoff=0.5)
     hint = f" — did you mean {', '.join(near)}?" if near else ""

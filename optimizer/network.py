@@ -15,6 +15,7 @@ carry the attribute kind="hub".
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 
 import networkx as nx
@@ -22,7 +23,9 @@ import numpy as np
 import pandas as pd
 
 from optimizer.errors import Origin, ScenarioError, unknown_id_message
+from optimizer.outputs import atomic_file, save_png, unescape_text, write_csv
 from optimizer.scenario import Scenario
+from optimizer.sources import read_text
 
 EARTH_RADIUS_KM = 6371.0088
 
@@ -111,11 +114,12 @@ def _check_graph(g: nx.Graph, s: Scenario, origin: Origin) -> nx.Graph:
 
 def read_edge_csv(path: Path) -> nx.Graph:
     g = nx.Graph()
-    with path.open(newline="", encoding="utf-8-sig") as handle:
-        reader = csv.DictReader(handle)
+    reader = csv.DictReader(io.StringIO(read_text(path, "network graph CSV"), newline=""))
+    try:
         missing = {"from", "to", "one_way_ms"} - set(reader.fieldnames or [])
         if missing:
-            raise ScenarioError(f"missing column(s) {', '.join(sorted(missing))} (expected from,to,one_way_ms)", Origin(str(path), 1))
+            raise ScenarioError(f"missing column(s) {', '.join(sorted(missing))} (expected {EDGE_CSV_HEADER})",
+                                Origin(str(path), 1))
         for line, row in enumerate(reader, start=2):
             try:
                 ms = float(row["one_way_ms"])
@@ -123,18 +127,21 @@ def read_edge_csv(path: Path) -> nx.Graph:
                 raise ScenarioError("expected a number of milliseconds", Origin(str(path), line), field="one_way_ms") from None
             if not np.isfinite(ms) or ms < 0:
                 raise ScenarioError(f"expected a one-way latency ≥ 0 ms, got {ms}", Origin(str(path), line), field="one_way_ms")
-            ends = [(row.get(k) or "").strip() for k in ("from", "to")]
+            ends = [unescape_text((row.get(k) or "").strip()) for k in ("from", "to")]
             if not all(ends):
                 raise ScenarioError("expected two node names (metro:ID, site:ID or a hub)", Origin(str(path), line),
                                     field="from/to")
             g.add_edge(*ends, one_way_ms=ms, line=line)
+    except csv.Error as exc:
+        raise ScenarioError(f"not a readable CSV file: {exc}", Origin(str(path), reader.line_num or None)) from None
     return g
 
 
 def read_graph(path: Path) -> nx.Graph:
     if path.suffix.lower() == ".graphml":
+        text = read_text(path, "GraphML file")
         try:
-            g = nx.read_graphml(path)
+            g = nx.parse_graphml(text)
         except Exception as exc:  # networkx raises several parser errors; all mean a bad file
             raise ScenarioError(f"cannot read GraphML: {exc}", Origin(str(path))) from exc
         for _, _, attrs in g.edges(data=True):
@@ -176,16 +183,18 @@ def rtt_long(rtt: pd.DataFrame) -> pd.DataFrame:
     return out.rename(columns={"metro": "from", "site": "to"})
 
 
+EDGE_CSV_HEADER = "from,to,one_way_ms"
+RTT_CSV_HEADER = "from,to,rtt_ms"
+
+
 def write_graphml(g: nx.Graph, path: Path) -> None:
-    nx.write_graphml(g, path)
+    with atomic_file(Path(path)) as tmp:
+        nx.write_graphml(g, tmp)
 
 
 def write_edge_csv(g: nx.Graph, path: Path) -> None:
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["from", "to", "one_way_ms"])
-        for u, v, attrs in g.edges(data=True):
-            writer.writerow([u, v, f"{attrs['one_way_ms']:.6f}"])
+    rows = [(u, v, f"{attrs['one_way_ms']:.6f}") for u, v, attrs in g.edges(data=True)]
+    write_csv(pd.DataFrame(rows, columns=EDGE_CSV_HEADER.split(",")), Path(path))
 
 
 def plot_map(g: nx.Graph, s: Scenario, path, flows: pd.DataFrame | None = None) -> None:
@@ -222,5 +231,8 @@ def plot_map(g: nx.Graph, s: Scenario, path, flows: pd.DataFrame | None = None) 
     ax.legend(loc="lower left", fontsize=8)
     ax.set_title(f"{s.name}: metros, sites" + (" and routing" if flows is not None else " and latency backbone"))
     fig.tight_layout()
-    fig.savefig(path, dpi=110, format="png", metadata={"Software": None})
-    plt.close(fig)
+    if isinstance(path, (str, Path)):
+        save_png(fig, Path(path))
+    else:
+        fig.savefig(path, dpi=110, format="png", metadata={"Software": None})
+        plt.close(fig)

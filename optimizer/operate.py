@@ -48,6 +48,7 @@ from optimizer.curves.queueing import servers_needed_many
 from optimizer.errors import ScenarioError
 from optimizer.instance import Instance, Pool, build_instance, kappa
 from optimizer.network import build_graph, rtt_matrix
+from optimizer.outputs import write_csv, write_text_atomic
 from optimizer.scenario import Scenario
 
 TIE_BREAK_USD_PER_GPU_HOUR = 1e-4
@@ -386,10 +387,6 @@ def write_operations(ops: Operations, plan_dir) -> Path:
     written to a temporary name first, then renamed."""
     d = Path(plan_dir)
     for name, frame in (("operations.csv", ops.hours), ("operations_sites.csv", ops.sites)):
-        tmp = d / f".{name}.tmp"
-        frame.to_csv(tmp, index=False)
-        tmp.replace(d / name)
-    tmp = d / ".operations.json.tmp"
-    tmp.write_text(json.dumps(ops.summary, indent=2))
-    tmp.replace(d / "operations.json")
+        write_csv(frame, d / name)
+    write_text_atomic(d / "operations.json", json.dumps(ops.summary, indent=2))
     return d / "operations.csv"

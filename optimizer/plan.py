@@ -17,10 +17,8 @@ Plan folder:
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import tempfile
 import zipfile
 from datetime import datetime
 from dataclasses import asdict, dataclass, field
@@ -39,13 +37,15 @@ from optimizer.curves.economics import cost_per_million_tokens_usd
 from optimizer.curves.queueing import wait_quantile_s
 from optimizer.curves.roofline import decode_step_time_s, mixed_step_time_s
 from optimizer.curves.speculative import speculative_step_time_s
-from optimizer.errors import InfeasibleError, TimeLimitNoPlanError
+from optimizer.errors import InfeasibleError, Origin, ScenarioError, TimeLimitNoPlanError
+from optimizer.folder.read import check_consistency, read_folder
+from optimizer.folder.schema import TABLE_COLUMNS, TABLES
 from optimizer.instance import Instance, build_instance
 from optimizer.network import build_graph, rtt_matrix
+from optimizer.outputs import PLAN, folder_target, replace_folder, spreadsheet_safe, temp_sibling
 from optimizer.scenario import RawScenario, Scenario, apply_overrides, load_scenario, validate
 from optimizer.solve import SolveResult, SolverSettings, solve
 
-TABLES = ("procurement", "pools", "routing", "slo", "curves")
 TIMING_FIELDS = ("solve_seconds", "build_seconds", "handoff_seconds", "wall_seconds", "steps")
 UNSERVED_TOLERANCE = 1e-6
 FIXED_DATE = datetime(2000, 1, 1)
@@ -56,6 +56,7 @@ class Plan:
     summary: dict
     tables: dict[str, pd.DataFrame]
     scenario_data: dict = field(default_factory=dict)
+    inputs: list[Path] = field(default_factory=list)  # files the plan was made from (never overwritten by it)
 
 
 def versions() -> dict[str, str]:
@@ -129,7 +130,7 @@ def plan_scenario(s: Scenario, raw: RawScenario, settings: SolverSettings, *, al
         from optimizer.diagnosis import diagnose
 
         raise InfeasibleError(diagnose(s, inst, result.solution, rtt))
-    return Plan(summary, tables, raw.data)
+    return Plan(summary, tables, raw.data, raw.files())
 
 
 # ---------------------------------------------------------------------------- tables
@@ -451,28 +452,35 @@ def _attainment(slo: pd.DataFrame, routing: pd.DataFrame, what: str) -> float:
 # ---------------------------------------------------------------------------- folder
 
 
-def write_plan(plan: Plan, out_dir: str | Path, report: bool = True) -> Path:
+def write_plan(plan: Plan, out_dir: str | Path, report: bool = True, inputs=()) -> Path:
     """Write the plan folder atomically: everything goes to a temporary sibling folder, which
     then replaces ``out_dir`` in one rename; an interrupted write leaves nothing behind.
-    ``report`` also writes report.html (`optimizer.report`)."""
-    out = Path(out_dir).resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    ``out_dir`` must be absent, empty or a previous plan folder (`optimizer.outputs`), and
+    hold none of the run's ``inputs``. ``report`` also writes report.html (`optimizer.report`)."""
+    out = folder_target(out_dir, PLAN, inputs=inputs)
+    tmp = temp_sibling(out, folder=True)
     try:
         (tmp / "summary.json").write_text(json.dumps(plan.summary, indent=2, sort_keys=True, default=_json) + "\n")
         (tmp / "scenario.json").write_text(json.dumps(plan.scenario_data, indent=1, sort_keys=True, default=str) + "\n")
         for name in TABLES:
-            plan.tables[name].to_csv(tmp / f"{name}.csv", index=False, float_format="%.12g")
+            spreadsheet_safe(_in_schema_order(plan.tables[name], name)).to_csv(tmp / f"{name}.csv", index=False,
+                                                                               float_format="%.12g")
         _write_xlsx(plan, tmp / "plan.xlsx")
         if report:
             from optimizer.report import write_report
 
             write_report(tmp)
-        _replace_dir(tmp, out)
+        replace_folder(tmp, folder_target(out, PLAN, inputs=inputs))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def _in_schema_order(frame: pd.DataFrame, name: str) -> pd.DataFrame:
+    """The table's columns as the schema lists them (an empty table keeps its header)."""
+    known = [c.name for c in TABLE_COLUMNS[name]]
+    return frame.reindex(columns=known + [c for c in frame.columns if c not in known])
 
 
 def _write_xlsx(plan: Plan, path: Path) -> None:
@@ -486,6 +494,11 @@ def _write_xlsx(plan: Plan, path: Path) -> None:
         pd.DataFrame(fields, columns=["field", "value"]).to_excel(xl, sheet_name="summary", index=False)
         for name in TABLES:
             plan.tables[name].to_excel(xl, sheet_name=name, index=False)
+        for sheet in xl.book.worksheets:  # text such as a name "=HYPERLINK(…)" stays text, never a formula
+            for row in sheet.iter_rows():
+                for cell in row:
+                    if cell.data_type == "f":
+                        cell.data_type = "s"
     stamp = FIXED_DATE.strftime("%Y-%m-%dT%H:%M:%SZ").encode()
     with zipfile.ZipFile(raw) as src, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as dst:
         for info in src.infolist():
@@ -494,16 +507,6 @@ def _write_xlsx(plan: Plan, path: Path) -> None:
                 data = re.sub(rb'(<dcterms:modified[^>]*>)[^<]*', rb"\g<1>" + stamp, data)
             dst.writestr(zipfile.ZipInfo(info.filename, date_time=FIXED_DATE.timetuple()[:6]), data)
     raw.unlink()
-
-
-def _replace_dir(new: Path, target: Path) -> None:
-    if target.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
-        os.rename(target, old / "x")
-        os.rename(new, target)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(new, target)
 
 
 def _json(x):
@@ -543,8 +546,12 @@ def replan(plan_dir: str | Path, *, progress=None, allow_unserved=False) -> Plan
     included) with its solver settings."""
     old = read_plan(plan_dir)
     raw = RawScenario(old.scenario_data, {}, Path(plan_dir) / "scenario.json",
-                      overrides=list(old.summary.get("overrides", [])))
-    settings = SolverSettings(**old.summary["settings"])
+                      overrides=[str(o) for o in old.summary["overrides"]])
+    try:
+        settings = SolverSettings(**old.summary["settings"])
+    except (TypeError, ValueError) as exc:
+        raise ScenarioError(f"the recorded solver settings cannot be used: {exc}",
+                            Origin(str(Path(plan_dir) / "summary.json")), field="settings") from None
     if old.summary.get("robust"):
         return robust_plan(scenario_of(old, plan_dir), raw, settings, allow_unserved=allow_unserved, progress=progress)
     return plan_scenario(scenario_of(old, plan_dir), raw, settings, allow_unserved=allow_unserved, progress=progress)
@@ -556,8 +563,10 @@ def scenario_of(plan: Plan, plan_dir: str | Path) -> Scenario:
 
 
 def read_plan(plan_dir: str | Path) -> Plan:
+    """A plan folder as an input: every file checked, the tables against the scenario and
+    each other (`optimizer.folder.read`); the first problem is an error naming file, row
+    and column."""
     d = Path(plan_dir)
-    summary = json.loads((d / "summary.json").read_text())
-    tables = {name: pd.read_csv(d / f"{name}.csv", keep_default_na=False, na_values=[""]) for name in TABLES}
-    data = json.loads((d / "scenario.json").read_text()) if (d / "scenario.json").exists() else {}
+    summary, data, tables = read_folder(d)
+    check_consistency(d, validate(RawScenario(data, {}, d / "scenario.json")), tables)
     return Plan(summary, tables, data)

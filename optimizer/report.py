@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from optimizer.network import build_graph, plot_map  # noqa: E402
+from optimizer.outputs import write_text_atomic  # noqa: E402
 from optimizer.plan import Plan, read_plan, scenario_of  # noqa: E402
 
 SECTIONS = ("summary", "cost-stack", "gpus-over-the-day", "map", "ttft-waterfall", "utilisation",
@@ -225,7 +226,5 @@ window.addEventListener("load", function () {{
 def write_report(plan_dir: str | Path) -> Path:
     d = Path(plan_dir)
     path = d / "report.html"
-    tmp = d / ".report.html.tmp"
-    tmp.write_text(render(d), encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, render(d))
     return path

@@ -31,8 +31,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from optimizer.errors import Origin, ScenarioError, unknown_id_message
-from optimizer.sources import LineDict, Row, read_csv, read_yaml
+from optimizer.errors import Origin, ScenarioError, unknown_id_message, yaml_bool_hint
+from optimizer.sources import LineDict, Row, check_expansion, read_csv, read_yaml
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 REFERENCE_SCENARIO = DATA_DIR / "scenarios" / "reference.yaml"
@@ -449,9 +449,9 @@ class Policy(_Strict):
     k_nearest_sites: int = Field(4, ge=1, description="routing arcs per metro and workload")
     token_price_provider: str = Field(
         "reference", description="per-token price list (data/token_prices.csv) the plan's costs are compared with")
-    time_limit_s: float = Field(60.0, gt=0)
+    time_limit_s: float = Field(60.0, gt=0, le=1e7, description="seconds for the whole solve (at most ~116 days)")
     mip_gap: float = Field(0.005, gt=0, lt=1)
-    threads: int | None = Field(None, ge=1)
+    threads: int | None = Field(None, ge=1, le=1024)
 
     _warm = field_validator("warm_pool_fraction", "mip_gap", mode="before")(_fraction_before)
 
@@ -554,12 +554,35 @@ class RawScenario:
     path: Path
     warnings: list[str] = field(default_factory=list)
     overrides: list[str] = field(default_factory=list)
+    override_flags: dict[str, str] = field(default_factory=dict)  # override → the flag it came from
+
+    def overridden(self, error: ScenarioError) -> ScenarioError:
+        """``error`` named after the override that set the value it is about, if one did: a
+        value given with --set is the flag's fault, not the catalogue row's it landed in."""
+        if not error.field:
+            return error
+        wanted = tuple(error.field.split("."))
+        for item in reversed(self.overrides):
+            path = tuple(item.partition("=")[0].split("."))
+            if len(path) > len(wanted) and path[-len(wanted):] == wanted and \
+                    self.origin(*path[:-len(wanted)]) == error.origin:
+                flag = self.override_flags.get(item, "--set")
+                return ScenarioError(error.message, Origin(f"{flag} {shorten(item)}"))
+        return error
 
     def origin(self, *key) -> Origin:
         for n in range(len(key), 0, -1):
             if key[:n] in self.origins:
                 return self.origins[key[:n]]
         return Origin(str(self.path))
+
+    def files(self) -> list[Path]:
+        """Every file this scenario was read from (the YAML, its tables, its graph)."""
+        names = {str(self.path)} | {o.file for o in self.origins.values()}
+        graph = (self.data.get("network") or {}).get("graph") if isinstance(self.data.get("network"), dict) else None
+        if isinstance(graph, str):
+            names.add(str(self.path.parent / graph))
+        return sorted(Path(n) for n in names if Path(n).is_file())
 
     def canonical_json(self) -> str:
         return json.dumps(self.data, sort_keys=True, separators=(",", ":"), default=str)
@@ -630,7 +653,7 @@ def _resolve_table(spec: TableSpec, value, yaml_path: Path, catalogue: Path, war
             i, bad = next((i, v) for i, v in enumerate(value) if not _is_id(v))
             raise ScenarioError(
                 f"'{spec.name}' should be a list of ids (names) or a list of rows (mappings of fields); "
-                f"item {i + 1} is {bad!r}", Origin(str(yaml_path), _item_line(value, i) or line), field=spec.name)
+                f"item {i + 1} is {bad!r}{yaml_bool_hint(bad)}", Origin(str(yaml_path), _item_line(value, i) or line), field=spec.name)
         else:
             return _inline_rows(spec, value, yaml_path, spec.name)
     if not isinstance(value, dict):
@@ -802,6 +825,10 @@ def load_raw(path: str | Path | None = None) -> RawScenario:
                                 field="catalogue")
     warnings: list[str] = []
     origins: dict[tuple, Origin] = {}
+    for key in ("name", "description"):
+        if doc.get(key) is not None and (isinstance(doc[key], (bool, dict, list))):
+            raise ScenarioError(f"expected text, got {doc[key]!r}{yaml_bool_hint(doc[key])}",
+                                Origin(str(yaml_path), _key_line(doc, key)), field=key)
     data: dict = {"name": str(doc.get("name") or yaml_path.stem), "description": str(doc.get("description") or "")}
 
     for name, spec in TABLES.items():
@@ -809,7 +836,8 @@ def load_raw(path: str | Path | None = None) -> RawScenario:
         for row in rows:  # key fields are names: a list or a mapping there is a slip
             for k in spec.key:
                 if row.values.get(k) is not None and not _is_id(row.values[k]):
-                    raise ScenarioError(f"expected a name, got {row.values[k]!r}", row.origin, field=k)
+                    raise ScenarioError(f"expected a name, got {row.values[k]!r}{yaml_bool_hint(row.values[k])}",
+                                        row.origin, field=k)
         if name == "prices":
             provider = (doc.get("prices") or {}).get("provider", "reference") if isinstance(doc.get("prices"), dict) else "reference"
             provider = str(provider)
@@ -882,19 +910,29 @@ def _plain(value):
 # --------------------------------------------------------------------------- overrides
 
 
-def apply_overrides(raw: RawScenario, overrides: list[str]) -> RawScenario:
+def apply_overrides(raw: RawScenario, overrides: list[str], flag: str = "--set") -> RawScenario:
     """Return a copy with ``KEY=VALUE`` overrides applied. KEY is a dotted path into the
     scenario (``workloads.chat.ttft_p99_ms``, ``prices.h200-sxm.ondemand_usd_per_gpu_hour``,
     ``serving.decode_mbu``); VALUE is YAML (``500``, ``[1,2,4]``, ``true``) or a multiplier of
-    the current value (``×1.5`` or ``x1.5``)."""
-    out = RawScenario(copy.deepcopy(raw.data), dict(raw.origins), raw.path, list(raw.warnings), list(raw.overrides))
+    the current value (``×1.5`` or ``x1.5``). ``flag`` is what errors about them name (the
+    command-line flag they came from)."""
+    out = RawScenario(copy.deepcopy(raw.data), dict(raw.origins), raw.path, list(raw.warnings), list(raw.overrides),
+                      dict(raw.override_flags))
     for item in overrides:
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
-            raise ScenarioError(f"override '{item}' should look like KEY=VALUE", Origin("--set"))
-        set_path(out, key.strip(), text.strip())
-        out.overrides.append(f"{key.strip()}={text.strip()}")
+            raise ScenarioError("should look like KEY=VALUE", Origin(f"{flag} {shorten(item)}"))
+        item = f"{key.strip()}={text.strip()}"
+        set_path(out, key.strip(), text.strip(), Origin(f"{flag} {shorten(item)}"))
+        out.overrides.append(item)
+        out.override_flags[item] = flag
     return out
+
+
+def shorten(text: str, most: int = 100) -> str:
+    """A value as shown in a message: long ones cut in the middle."""
+    text = str(text)
+    return text if len(text) <= most else text[: most // 2 - 1] + "…" + text[-(most // 2):]
 
 
 def _submodel(model: type[BaseModel] | None, name: str) -> type[BaseModel] | None:
@@ -904,8 +942,9 @@ def _submodel(model: type[BaseModel] | None, name: str) -> type[BaseModel] | Non
     return ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
 
 
-def set_path(raw: RawScenario, key: str, text: str) -> None:
-    """Set one dotted path in ``raw.data`` (see `apply_overrides`)."""
+def set_path(raw: RawScenario, key: str, text: str, origin: Origin | None = None) -> None:
+    """Set one dotted path in ``raw.data`` (see `apply_overrides`); errors name ``origin``."""
+    origin = origin or Origin("--set")
     parts = key.split(".")
     head = parts[0]
     node = raw.data
@@ -920,16 +959,16 @@ def set_path(raw: RawScenario, key: str, text: str) -> None:
             model = sub
         if not isinstance(node, dict) or part not in node:
             known = node.keys() if isinstance(node, dict) else ()
-            raise ScenarioError(unknown_id_message("key", part, known), Origin("--set"), field=key)
+            raise ScenarioError(unknown_id_message("key", part, known), origin)
         node = node[part]
         if table_depth is not None and depth == table_depth:
             model = TABLES[head].model
     last = parts[-1]
     if not isinstance(node, dict):
-        raise ScenarioError(f"'{'.'.join(parts[:-1])}' is a value, not a group of fields", Origin("--set"), field=key)
+        raise ScenarioError(f"'{'.'.join(parts[:-1])}' is a value, not a group of fields", origin)
     known_fields = set(node) | set(model.model_fields if model else ())
     if last not in known_fields:
-        raise ScenarioError(unknown_id_message("field", last, known_fields), Origin("--set"), field=key)
+        raise ScenarioError(unknown_id_message("field", last, known_fields), origin)
     if text[:1] in ("×", "x", "*") and _is_number(text[1:]):
         current = node.get(last)
         if current is None and model is not None:
@@ -937,16 +976,17 @@ def set_path(raw: RawScenario, key: str, text: str) -> None:
         try:
             node[last] = float(current) * float(text[1:])
         except (TypeError, ValueError):
-            raise ScenarioError(f"cannot multiply the non-numeric value {current!r}", Origin("--set"), field=key) from None
+            raise ScenarioError(f"cannot multiply the non-numeric value {current!r}", origin) from None
     else:
         try:
             node[last] = yaml.safe_load(text) if text else None
         except yaml.YAMLError:
             node[last] = text
-        _check_override_shape(parts, node[last], key)
+        check_expansion(node[last], origin)
+        _check_override_shape(parts, node[last], key, origin)
 
 
-def _check_override_shape(parts: list[str], value, key: str) -> None:
+def _check_override_shape(parts: list[str], value, key: str, origin: Origin) -> None:
     """A table, a table row or a diurnal profile replaced whole must keep its shape."""
     head = parts[0]
     if head in TABLES:
@@ -968,7 +1008,7 @@ def _check_override_shape(parts: list[str], value, key: str) -> None:
         return
     if not ok:
         raise ScenarioError(f"expected {expected}, got {value!r}; to change one value, name it, e.g. "
-                            "workloads.chat.ttft_p99_ms=500", Origin("--set"), field=key)
+                            "workloads.chat.ttft_p99_ms=500", origin)
 
 
 def _is_number(text: str) -> bool:
@@ -982,7 +1022,7 @@ def _is_number(text: str) -> bool:
 # --------------------------------------------------------------------------- validation
 
 
-def _explain(err: dict) -> str:
+def explain(err: dict) -> str:
     msg = err["msg"]
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
@@ -996,6 +1036,10 @@ def _explain(err: dict) -> str:
         got = repr(err["input"])
         got = got if len(got) <= 80 else got[:77] + "…"
         msg += "; got nothing (an empty cell or null)" if err["input"] is None else f"; got {got}"
+        if isinstance(err["input"], bool) and err.get("type") == "string_type":
+            msg += yaml_bool_hint(err["input"])
+        if isinstance(err["input"], str) and re.fullmatch(r"\s*-?\d+,\d+\s*", err["input"]):
+            msg += " — a decimal comma? fleetplan reads '.' as the decimal point"
     return msg
 
 
@@ -1020,11 +1064,19 @@ def _validate_row(model: type[BaseModel], values: dict, origin: Origin):
         if err["msg"].startswith("Extra inputs"):
             msg = unknown_id_message("field", err["loc"][-1], model.model_fields)
             raise ScenarioError(msg, origin, field=loc) from None
-        raise ScenarioError(_explain(err), origin, field=loc) from None
+        raise ScenarioError(explain(err), origin, field=loc) from None
 
 
 def validate(raw: RawScenario) -> Scenario:
-    """Validate every row and section, then the references between tables."""
+    """Validate every row and section, then the references between tables; an error about a
+    value an override set names the override (`RawScenario.overridden`)."""
+    try:
+        return _validate(raw)
+    except ScenarioError as exc:
+        raise raw.overridden(exc) from None
+
+
+def _validate(raw: RawScenario) -> Scenario:
     d = raw.data
     tables = {}
     for name, spec in TABLES.items():
@@ -1067,7 +1119,7 @@ def validate(raw: RawScenario) -> Scenario:
         )
     except ValidationError as exc:  # the top-level values an override can reach (price_provider, …)
         err = exc.errors()[0]
-        raise ScenarioError(_explain(err), Origin(str(raw.path)), field=_field_of(err, Scenario)) from None
+        raise ScenarioError(explain(err), Origin(str(raw.path)), field=_field_of(err, Scenario)) from None
     _cross_check(scenario, raw)
     return scenario
 

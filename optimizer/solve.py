@@ -66,6 +66,22 @@ class SolverSettings:
     plan_iterations: int = 2
     backend: str = "highs"
 
+    def __post_init__(self):
+        checks = (
+            ("time_limit_s", isinstance(self.time_limit_s, (int, float)) and 0 < self.time_limit_s <= 1e7,
+             "seconds in (0, 1e7]"),
+            ("mip_gap", isinstance(self.mip_gap, (int, float)) and 0 < self.mip_gap < 1, "a fraction in (0, 1)"),
+            ("threads", self.threads is None or (isinstance(self.threads, int) and 1 <= self.threads <= 1024),
+             "a whole number in [1, 1024] or none"),
+            ("exact", self.exact in (None, True, False), "true, false or none"),
+            ("plan_iterations", isinstance(self.plan_iterations, int) and 1 <= self.plan_iterations <= 100,
+             "a whole number in [1, 100]"),
+            ("backend", self.backend in BACKENDS, "one of " + ", ".join(BACKENDS)),
+        )
+        for name, ok, expected in checks:
+            if not ok or isinstance(getattr(self, name), bool) and name != "exact":
+                raise ValueError(f"{name} must be {expected}, got {getattr(self, name)!r}")
+
 
 @dataclass
 class SolveStep:

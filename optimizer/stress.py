@@ -34,13 +34,14 @@ import pandas as pd
 from optimizer.configs import kv_bytes_per_token, make_replica
 from optimizer.curves.cache import p99_cached_tokens
 from optimizer.curves.lengths import LengthDistribution, service_moments
-from optimizer.curves.memory import kv_budget_bytes, kv_replication, max_concurrency
+from optimizer.curves.memory import max_concurrency
 from optimizer.curves.queueing import wait_quantile_s
 from optimizer.curves.roofline import decode_step_time_s, mixed_step_time_s, prefill_time_s
 from optimizer.curves.speculative import expected_tokens_per_step, speculative_step_time_s
 from optimizer.curves.transfer import kv_transfer_time_s
 from optimizer.errors import ScenarioError, unknown_id_message
 from optimizer.network import build_graph, rtt_matrix
+from optimizer.outputs import write_csv, write_text_atomic
 from optimizer.plan import TABLES, read_plan
 from optimizer.scenario import RawScenario, Scenario, apply_overrides, validate
 
@@ -363,10 +364,6 @@ def stress(plan_dir, perturb=(), *, demand_factor=1.0, rtt_factor=1.0, lose_site
 
 def write_stress(result: StressResult, plan_dir) -> Path:
     d = Path(plan_dir)
-    tmp = d / ".stress.csv.tmp"
-    result.table.to_csv(tmp, index=False)
-    tmp.replace(d / "stress.csv")
-    tmp = d / ".stress.json.tmp"
-    tmp.write_text(json.dumps(result.summary, indent=2, default=str))
-    tmp.replace(d / "stress.json")
+    write_csv(result.table, d / "stress.csv")
+    write_text_atomic(d / "stress.json", json.dumps(result.summary, indent=2, default=str))
     return d / "stress.csv"

@@ -17,8 +17,10 @@ overrides). Runs go to a local process pool or, unchanged, to a Dask cluster.
 from __future__ import annotations
 
 import hashlib
+import io
 import itertools
 import json
+import math
 import multiprocessing
 import sys
 import time
@@ -29,7 +31,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from optimizer.errors import FleetplanError, ScenarioError
+from optimizer.errors import FleetplanError, Origin, ScenarioError
+from optimizer.outputs import SWEEP, atomic_file, folder_target, save_png, unescape_text, write_csv
+from optimizer.scenario import shorten
+from optimizer.sources import limit, over_limit, read_text
 
 REUSE_BATCH = 4  # runs a worker plans in a row, sharing one model, when reuse is on
 SUMMARY_FIELDS = ("status", "mip_gap", "total_cost_usd", "objective_usd", "best_bound_usd", "cost_per_million_tokens_usd",
@@ -47,18 +52,27 @@ def parse_values(text: str) -> list:
         try:
             start, stop, step = (float(x) for x in text.split(":"))
         except ValueError:
-            raise ScenarioError(f"'{text}' should be start:stop:step", field="--vary") from None
-        if step <= 0 or stop < start:
-            raise ScenarioError(f"'{text}': expected step > 0 and stop ≥ start", field="--vary")
+            raise ScenarioError(f"'{shorten(text)}' should be start:stop:step", field="--vary") from None
+        if not all(math.isfinite(v) for v in (start, stop, step)) or step <= 0 or stop < start:
+            raise ScenarioError(f"'{shorten(text)}': expected finite numbers, step > 0 and stop ≥ start", field="--vary")
         count = int(np.floor((stop - start) / step + 1e-9)) + 1
+        if count > limit("FLEETPLAN_MAX_SWEEP_RUNS"):
+            raise ScenarioError(over_limit("FLEETPLAN_MAX_SWEEP_RUNS", f"'{shorten(text)}' makes {count:,} values"),
+                                field="--vary")
         return [_number(start + i * step) for i in range(count)]
     out = []
     for token in text.split(","):
         token = token.strip()
         if token[:1] in ("×", "x", "*") and isinstance(_number_or_text(token[1:]), (int, float)):
+            value = _number_or_text(token[1:])
+            if not (math.isfinite(value) and value >= 0):
+                raise ScenarioError(f"'{shorten(token)}': a multiplier must be a finite number ≥ 0", field="--vary")
             out.append("×" + token[1:])
         else:
-            out.append(_number_or_text(token))
+            value = _number_or_text(token)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ScenarioError(f"'{shorten(token)}': expected a finite number", field="--vary")
+            out.append(value)
     return out
 
 
@@ -87,6 +101,9 @@ def parse_vary(items: list[str]) -> dict[str, list]:
 def runs_of(vary: dict[str, list], mode: str) -> list[dict]:
     """The overrides of every run: the grid, or one key at a time (plus the scenario as written)."""
     keys = list(vary)
+    count = math.prod(len(v) for v in vary.values()) if mode == "grid" else 1 + sum(len(v) for v in vary.values())
+    if count > limit("FLEETPLAN_MAX_SWEEP_RUNS"):
+        raise ScenarioError(over_limit("FLEETPLAN_MAX_SWEEP_RUNS", f"the sweep has {count:,} runs"), field="--vary")
     if mode == "grid":
         return [dict(zip(keys, combo)) for combo in itertools.product(*(vary[k] for k in keys))]
     if mode != "one-at-a-time":
@@ -95,6 +112,18 @@ def runs_of(vary: dict[str, list], mode: str) -> list[dict]:
     for k in keys:
         runs += [{k: v} for v in vary[k] if v not in ("×1", "×1.0")]
     return runs
+
+
+def check_values(scenario, vary: dict[str, list]) -> None:
+    """Every key and value of the sweep applied alone to the scenario and validated, before
+    any run: a misspelt key or a value out of range ends the sweep at once with the rule it
+    breaks, instead of as many failure rows as it has runs."""
+    from optimizer.scenario import apply_overrides, load_raw, validate
+
+    raw = load_raw(scenario)
+    for key, values in vary.items():
+        for value in values:
+            validate(apply_overrides(raw, [f"{key}={value}"], flag="--vary"))
 
 
 def run_id(overrides: dict) -> str:
@@ -152,11 +181,9 @@ def _write(rows: list[dict], out: Path, vary: dict) -> pd.DataFrame:
             table[key] = None
     cols = front + [c for c in table.columns if c not in front]
     table = table[cols].sort_values("run_id", kind="stable").reset_index(drop=True)
-    for name, write in (("sweep.csv", lambda p: table.to_csv(p, index=False)),
-                        ("sweep.parquet", lambda p: _parquet_ready(table).to_parquet(p, index=False))):
-        tmp = out / f".{name}.tmp"
-        write(tmp)
-        tmp.replace(out / name)
+    write_csv(table, out / "sweep.csv")
+    with atomic_file(out / "sweep.parquet") as tmp:
+        _parquet_ready(table).to_parquet(tmp, index=False)
     return table
 
 
@@ -173,7 +200,15 @@ def _done(out: Path) -> list[dict]:
     path = out / "sweep.csv"
     if not path.exists():
         return []
-    table = pd.read_csv(path, dtype={"run_id": str})
+    try:
+        table = pd.read_csv(io.StringIO(read_text(path, "sweep table")), dtype={"run_id": str})
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
+        raise ScenarioError(f"the finished runs cannot be read back ({shorten(str(exc).splitlines()[0])}); move the "
+                            "file away to start the sweep afresh", Origin(str(path))) from None
+    if "run_id" not in table:
+        raise ScenarioError("no run_id column: not a sweep table fleetplan wrote; move the file away to start the sweep "
+                            "afresh", Origin(str(path), 1))
+    table = table.map(unescape_text)
     return [{k: v for k, v in row.items() if not (isinstance(v, float) and np.isnan(v))} for row in table.to_dict("records")]
 
 
@@ -208,9 +243,11 @@ def sweep(scenario=None, vary: dict[str, list] | None = None, mode: str = "grid"
     without it they equal them exactly).
     """
     vary = vary or {}
-    out_dir = Path(out) if out else Path("sweep")
+    runs = runs_of(vary, mode)
+    check_values(scenario, vary)
+    out_dir = folder_target(out if out is not None else "sweep", SWEEP, inputs=[scenario] if scenario else [])
     out_dir.mkdir(parents=True, exist_ok=True)
-    specs = [RunSpec(str(scenario) if scenario else None, o, time_limit_s, mip_gap, reuse) for o in runs_of(vary, mode)]
+    specs = [RunSpec(str(scenario) if scenario else None, o, time_limit_s, mip_gap, reuse) for o in runs]
     done = _done(out_dir)
     finished = {r["run_id"] for r in done}
     todo = [spec for spec in specs if run_id(spec.overrides) not in finished]
@@ -299,5 +336,4 @@ def tornado(table: pd.DataFrame, vary: dict[str, list], path: Path, metric: str 
     ax.set_xlabel(f"{metric} (scenario as written: {base:,.0f})")
     ax.set_title("sensitivity (one key at a time)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_png(fig, path)

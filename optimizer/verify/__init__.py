@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -67,6 +66,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from optimizer.outputs import write_csv, write_text_atomic
 from optimizer.verify.engine import ConstantSteps, InvariantError, PoolSpec, StepModel, fifo_pool, simulate_pool
 from optimizer.verify.group import (Group, GroupResult, Options, PlanModel, Pool, Route, hist_quantile,
                                     simulate_group)
@@ -402,7 +402,7 @@ def record_verification(result: VerifyResult, plan_dir) -> None:
     summary = json.loads((d / "summary.json").read_text())
     summary["verification"] = {**{k: v for k, v in result.summary.items() if k != "seconds"},
                                "by_workload": result.side_by_side().to_dict("records")}
-    _atomic_write(d / "summary.json", json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
+    write_text_atomic(d / "summary.json", json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def write_verify(result: VerifyResult, plan_dir) -> Path:
@@ -413,17 +413,6 @@ def write_verify(result: VerifyResult, plan_dir) -> Path:
     metro = result.tables["by_metro"].assign(scope="metro")
     cols = ["scope", "metro", "site", "workload", "period", "day_type", "hour"] + COLUMNS + ["requests_simulated"]
     table = pd.concat([site, metro], ignore_index=True).reindex(columns=cols)
-    _atomic_write(d / "verify.csv", table.to_csv(index=False, float_format="%.6g"))
-    _atomic_write(d / "verify.json", json.dumps(result.summary, indent=2, sort_keys=True, default=str) + "\n")
+    write_csv(table, d / "verify.csv", float_format="%.6g")
+    write_text_atomic(d / "verify.json", json.dumps(result.summary, indent=2, sort_keys=True, default=str) + "\n")
     return d / "verify.csv"
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -1,0 +1,96 @@
+"""What a plan folder's tables hold: every column with its type, its range and whether it may
+be empty. The writer orders its tables by these columns and the reader checks every cell
+against them, so a folder a person edited, truncated or half-copied is refused with the
+file, the row and the column, never half-understood."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ROLES = ("prefill", "decode", "colocated")
+MAX_REPLICAS = 1_000_000  # more replicas than any fleet could hold: an edit gone wrong
+MAX_NODES = 10_000_000
+MAX_RATE = 1e9  # requests/s
+MAX_USD = 1e15
+MAX_MS = 1e9
+
+
+@dataclass(frozen=True)
+class Column:
+    """kind: text | int | float | bool. ``empty``: the cell may be empty (a text column
+    then reads as missing, a number column as NaN)."""
+
+    name: str
+    kind: str
+    low: float | None = None
+    high: float | None = None
+    empty: bool = False
+    choices: tuple[str, ...] | None = None
+
+    def expected(self) -> str:
+        if self.choices:
+            return "one of " + ", ".join(self.choices)
+        if self.kind == "text":
+            return "a name"
+        if self.kind == "bool":
+            return "True or False"
+        what = "a whole number" if self.kind == "int" else "a number"
+        if self.low is not None and self.high is not None:
+            what += f" in [{self.low:g}, {self.high:g}]"
+        elif self.low is not None:
+            what += f" ≥ {self.low:g}"
+        return what
+
+
+def _text(name, empty=False, choices=None):
+    return Column(name, "text", empty=empty, choices=choices)
+
+
+def _int(name, low, high, empty=False):
+    return Column(name, "int", low, high, empty)
+
+
+def _float(name, low=0.0, high=None, empty=False):
+    return Column(name, "float", low, high, empty)
+
+
+SLICE = (_text("period"), _text("day_type"), _int("hour", 0, 23))
+
+TABLE_COLUMNS: dict[str, tuple[Column, ...]] = {
+    "procurement": (
+        _text("site"), _text("gpu"),
+        *(_int(c, 0, MAX_NODES) for c in ("reserved_1y_nodes", "reserved_3y_nodes", "owned_nodes", "reserved_nodes",
+                                          "ondemand_nodes_peak")),
+        _float("ondemand_node_hours", 0, MAX_NODES * 8784), _float("ramp_node_hours", 0, MAX_NODES * 8784),
+        *(_float(c, 0, MAX_USD) for c in ("cost_reserved_usd", "cost_owned_usd", "cost_energy_usd", "cost_ondemand_usd",
+                                          "cost_ramp_usd", "cost_usd")),
+    ),
+    "pools": (
+        _text("site"), _text("workload"), _int("tier", -1, 1000), _text("role", choices=ROLES), _int("speed", -1, 1000),
+        _text("gpu"), _text("config"), _int("gpus_per_replica", 1, 100_000), *SLICE, _text("lost_site", empty=True),
+        _int("replicas", 0, MAX_REPLICAS), _float("requests_per_s", 0, MAX_RATE), _float("p99_wait_ms", 0, MAX_MS),
+        _float("queue_budget_ms", -MAX_MS, MAX_MS, empty=True),
+    ),
+    "routing": (
+        _text("metro"), _text("site"), _text("workload"), _int("tier", 0, 1000), *SLICE,
+        _float("requests_per_s", 0, MAX_RATE), _float("rtt_ms", 0, MAX_MS),
+    ),
+    "slo": (
+        _text("metro"), _text("workload"), _text("site"), _int("tier", 0, 1000),
+        *(_float(c, 0, MAX_MS) for c in ("ttft_p99_ms_predicted", "ttft_p99_ms_objective", "itl_p99_ms_predicted",
+                                         "itl_p99_ms_objective", "network_ms", "overhead_ms", "queue_ms", "prefill_ms",
+                                         "transfer_ms", "first_token_ms")),
+        _text("mode", choices=("disaggregated", "colocated")),
+    ),
+    "curves": (
+        _text("id"), _text("workload"), _text("gpu"), _int("gpus", 1, 100_000), _text("role", choices=ROLES),
+        _int("batch", 0, 1_000_000), Column("speculative", "bool"), _int("chunk_tokens", 0, 10_000_000),
+        _float("prefill_p99_ms", 0, MAX_MS), _float("service_scv", 0, 1e6), _float("step_ms", 0, MAX_MS),
+        _float("itl_p99_ms", 0, MAX_MS), _float("tokens_per_step", 1, 1e3), _float("decode_rps", 0, MAX_RATE),
+        _float("speed", 0, 1), _float("decode_tokens_per_s", 0, 1e12), _float("kv_budget_gb", -1e6, 1e6),
+        _float("weights_gb_per_gpu", 0, 1e6), _int("max_concurrency", 0, 100_000_000), _float("input_share", 0, 1),
+        _float("service_mean_ms", 0, MAX_MS), _float("nic_gb_s", 0, 1e6),
+    ),
+}
+
+TABLES = tuple(TABLE_COLUMNS)
