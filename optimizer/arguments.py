@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Annotated
-
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from optimizer.outputs import shown
 
@@ -25,13 +23,12 @@ def _explain_first(exc: ValidationError) -> str:
 
 
 def field_value(model: type[BaseModel], name: str):
-    """An argparse type that accepts what ``model.name`` accepts in a scenario."""
-    info = model.model_fields[name]
-    adapter = TypeAdapter(Annotated[(info.annotation, *info.metadata)], config=ConfigDict(allow_inf_nan=False))
-
+    """An argparse type that accepts what ``model.name`` accepts in a scenario: the section is
+    validated with only this field given, so its own validators (a percentage written for a
+    fraction, seconds written for milliseconds) speak as they would for the YAML."""
     def check(text: str):
         try:
-            value = adapter.validate_python(_number_or_text(text))
+            value = getattr(model.model_validate({name: _number_or_text(text)}), name)
         except ValidationError as exc:
             raise argparse.ArgumentTypeError(f"{_explain_first(exc)} (the rule of scenario field "
                                               f"{model.__name__.lower()}.{name})") from None

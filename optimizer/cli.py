@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from optimizer.arguments import (BATCH_TOKENS, MILLISECONDS, NOISE_SIGMA, PRICE, REQUESTS, SEED, TOKENS, WORKERS, Parser,
                                  factor, field_value)
-from optimizer.errors import FleetplanError, ScenarioError
+from pydantic import ValidationError
+
+from optimizer.errors import FleetplanError, Origin, ScenarioError
 from optimizer.outputs import (COMPARISON, PLAN, Terminated, file_target, folder_target, plan_folder_to_update, save_png,
                                terminate_as_interrupt)
 from optimizer.scenario import Policy
@@ -60,8 +63,15 @@ def cmd_curves(args) -> int:
         if args.gpu not in s.prices:
             raise ScenarioError(f"no price for {args.gpu}; pass --price-usd-per-gpu-hour", field="--price-usd-per-gpu-hour")
         price = s.prices[args.gpu].ondemand_usd_per_gpu_hour
-    out = operating_table(model, gpu, s.serving, args.isl, args.osl, args.itl_ms, price,
-                          args.dtype, args.kv_dtype or args.dtype, args.ttft_ms)
+    try:
+        out = operating_table(model, gpu, s.serving, args.isl, args.osl, args.itl_ms, price,
+                              args.dtype, args.kv_dtype or args.dtype, args.ttft_ms)
+    except ValidationError as exc:  # the workload rules of the YAML, applied to the flags
+        from optimizer.scenario import explain
+
+        err = exc.errors()[0]
+        flag = CURVE_FLAGS.get(str(err["loc"][0]) if err["loc"] else "", "--isl")
+        raise ScenarioError(explain(err), Origin(flag)) from None
     if args.plot:
         _plot_curves(out, model, gpu, s.serving, args, file_target(args.plot, "png", flag="--plot"))
     if args.json:
@@ -81,6 +91,10 @@ def cmd_curves(args) -> int:
         ("floor_usd_per_million_output_tokens", "floor $/M", ".3f"),
     ]))
     return 0
+
+
+CURVE_FLAGS = {"isl_mean_tokens": "--isl", "isl_p99_tokens": "--isl", "osl_mean_tokens": "--osl",
+               "osl_p99_tokens": "--osl", "itl_p99_ms": "--itl-ms", "ttft_p99_ms": "--ttft-ms"}
 
 
 def _plot_curves(out, model, gpu, serving, args, target: Path) -> None:
@@ -288,9 +302,10 @@ def cmd_compare(args) -> int:
     if args.out is not None:
         folder_target(args.out, COMPARISON, inputs=args.plans)
     cmp = compare(args.plans)
-    print(comparison_text(cmp))
     if args.out:
         write_comparison(cmp, args.out)
+    print(comparison_text(cmp))
+    if args.out:
         print(f"written: {Path(args.out) / 'compare.csv'}, routing_changes.csv, compare.png")
     return 0
 
@@ -512,7 +527,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # a bad flag (one line printed, code 2), or --help (code 0)
+        return exc.code if isinstance(exc.code, int) else 2
     try:
         with terminate_as_interrupt():
             return int(args.func(args) or 0)
@@ -522,6 +540,9 @@ def main(argv: list[str] | None = None) -> int:
     except Terminated:
         print("fleetplan: terminated (SIGTERM); nothing half-written was left behind", file=sys.stderr)
         return 143
+    except BrokenPipeError:  # `fleetplan … | head` closed the pipe after the files were written
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except KeyboardInterrupt:
         print("fleetplan: interrupted; nothing half-written was left behind", file=sys.stderr)
         return 130

@@ -1022,6 +1022,16 @@ def _is_number(text: str) -> bool:
 # --------------------------------------------------------------------------- validation
 
 
+def _mentions(msg: str, value) -> bool:
+    """Whether a validator's message already says what it got."""
+    texts = {str(value)}
+    try:
+        texts.add(str(float(value)))
+    except (OverflowError, TypeError, ValueError):
+        pass
+    return any(f"got {text}" in msg for text in texts)
+
+
 def explain(err: dict) -> str:
     msg = err["msg"]
     if msg.startswith("Value error, "):
@@ -1032,7 +1042,8 @@ def explain(err: dict) -> str:
         msg = "missing (this field is required)"
     elif msg.startswith("Extra inputs are not permitted"):
         msg = "not a known field"
-    if "input" in err and not isinstance(err["input"], (dict, list)) and msg != "missing (this field is required)":
+    if "input" in err and not isinstance(err["input"], (dict, list)) and msg != "missing (this field is required)" \
+            and not _mentions(msg, err["input"]):
         got = repr(err["input"])
         got = got if len(got) <= 80 else got[:77] + "…"
         msg += "; got nothing (an empty cell or null)" if err["input"] is None else f"; got {got}"
@@ -1076,7 +1087,34 @@ def validate(raw: RawScenario) -> Scenario:
         raise raw.overridden(exc) from None
 
 
+def _check_shape(raw: RawScenario) -> None:
+    """The resolved data's layout (a plan folder's scenario.json can be edited by hand)."""
+    d = raw.data
+    if not isinstance(d, dict):
+        raise ScenarioError("expected a mapping of scenario sections", Origin(str(raw.path)))
+    for key in ("name", "price_provider"):
+        if not isinstance(d.get(key), str):
+            raise ScenarioError(f"expected text, got {shorten(repr(d.get(key)))}", Origin(str(raw.path)), field=key)
+    for name in (*TABLES, "diurnal", *SECTIONS):
+        value = d.get(name)
+        depth = 2 if name == "supply" else 1
+        ok = isinstance(value, dict) or (name in SECTIONS and value is None)
+        if ok and name in TABLES:
+            rows = list(value.values())
+            if depth == 2:
+                ok = all(isinstance(r, dict) for r in rows)
+                rows = [row for per in rows if isinstance(per, dict) for row in per.values()]
+            ok = ok and all(isinstance(r, dict) for r in rows)
+        if ok and name == "diurnal":
+            ok = all(isinstance(v, list) for v in value.values())
+        if not ok:
+            expected = {"diurnal": "a mapping profile → 24 multipliers"}.get(
+                name, "a mapping of fields" if name in SECTIONS else "a mapping of rows (id → {field: value})")
+            raise ScenarioError(f"expected {expected}, got {shorten(repr(value), 60)}", raw.origin(name), field=name)
+
+
 def _validate(raw: RawScenario) -> Scenario:
+    _check_shape(raw)
     d = raw.data
     tables = {}
     for name, spec in TABLES.items():

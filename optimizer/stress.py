@@ -82,7 +82,7 @@ def perturbed_folder(plan_dir, out_dir, perturb=(), demand_factor=1.0, rtt_facto
     src = Path(plan_dir)
     plan = read_plan(src)
     raw = RawScenario(plan.scenario_data, {}, src / "scenario.json")
-    raw = apply_overrides(raw, expand(raw.data, list(perturb)))
+    raw = apply_overrides(raw, expand(raw.data, list(perturb)), flag="--perturb")
     s = validate(raw)
     routing = plan.tables["routing"].copy()
     pools = plan.tables["pools"]

@@ -83,7 +83,7 @@ def test_130_interrupted_keeps_the_previous_plan(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("code,meaning", [(0, "success"), (2, "bad input"), (3, "infeasible"), (4, "time limit"),
                                          (5, "before any plan"), (6, "numerical trouble"), (7, "check failed"),
-                                         (130, "interrupted")])
+                                         (130, "interrupted"), (141, "pipe closed"), (143, "terminated")])
 def test_exit_codes_are_documented(code, meaning):
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     row = next(line for line in readme.splitlines() if line.startswith(f"| {code} |"))

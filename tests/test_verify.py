@@ -20,10 +20,19 @@ from optimizer.curves.memory import kv_budget_bytes
 from optimizer.curves.queueing import erlang_c, wait_quantile_s
 from optimizer.curves.roofline import decode_step_time_s, prefill_time_s
 from optimizer.curves.speculative import expected_tokens_per_step
+from optimizer.errors import ScenarioError
 from optimizer.plan import make_plan, write_plan
 from optimizer.scenario import load_scenario
-from optimizer.verify import (ConstantSteps, InvariantError, PoolSpec, StepModel, fifo_pool, simulate_pool,
-                              verify_plan, write_verify)
+from optimizer.verify import (
+    ConstantSteps,
+    InvariantError,
+    PoolSpec,
+    StepModel,
+    fifo_pool,
+    simulate_pool,
+    verify_plan,
+    write_verify,
+)
 from optimizer.verify.engine import TabulatedSteps, _PoolSim
 
 TINY = Path(__file__).parent / "data" / "tiny.yaml"
@@ -300,7 +309,7 @@ def test_slices_by_name_and_write_verify(tiny_plans):
     ok, _ = tiny_plans
     res = verify_plan(ok, slices=["Y/all/3"], requests=1000, seed=0)
     assert list(res.tables["by_pool"]["hour"]) == [3]
-    with pytest.raises(ValueError):
+    with pytest.raises(ScenarioError, match="carries no routed load"):
         verify_plan(ok, slices=["Y/all/4"], requests=1000)
     write_verify(res, ok)
     table = pd.read_csv(ok / "verify.csv")

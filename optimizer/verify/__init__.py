@@ -66,7 +66,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from optimizer.errors import Origin, ScenarioError
 from optimizer.outputs import write_csv, write_text_atomic
+from optimizer.scenario import shorten
 from optimizer.verify.engine import ConstantSteps, InvariantError, PoolSpec, StepModel, fifo_pool, simulate_pool
 from optimizer.verify.group import (Group, GroupResult, Options, PlanModel, Pool, Route, hist_quantile,
                                     simulate_group)
@@ -135,12 +137,14 @@ def select_slices(routing: pd.DataFrame, slices) -> list[tuple[str, str, int]]:
     known = set(load.index)
     for text in slices:
         parts = str(text).split("/")
-        if len(parts) != 3:
-            raise ValueError(f"a slice is PERIOD/DAYTYPE/HOUR, e.g. Q1/all/20; got {text!r}")
+        if len(parts) != 3 or not parts[2].strip().isdigit():
+            raise ScenarioError(f"a slice is PERIOD/DAYTYPE/HOUR, e.g. Q1/all/20; got {shorten(repr(text))}",
+                                Origin("--slices"))
         key = (parts[0], parts[1], int(parts[2]))
         if key not in known:
-            raise ValueError(f"slice {text!r} carries no routed load in this plan; known: "
-                             + ", ".join(f"{p}/{d}/{h}" for p, d, h in sorted(known)[:8]) + " …")
+            raise ScenarioError(f"slice {shorten(repr(text))} carries no routed load in this plan; known: "
+                                + ", ".join(f"{p}/{d}/{h}" for p, d, h in sorted(known)[:8])
+                                + (" …" if len(known) > 8 else ""), Origin("--slices"))
         out.append(key)
     return out
 

@@ -1,0 +1,160 @@
+"""Every flag is validated like a scenario field (issue class 4): one line naming the flag, the
+accepted range and the value given, exit 2, before any work. A hypothesis fuzz then throws
+arbitrary text at every value-taking flag of every command."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from optimizer.cli import build_parser, main
+from tree import changes, snapshot
+
+TINY = Path(__file__).parent / "data" / "tiny.yaml"
+
+
+@pytest.fixture(scope="module")
+def plan_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("flags") / "plan"
+    assert main(["plan", str(TINY), "--out", str(out), "--quiet", "--no-report"]) == 0
+    return out
+
+
+def check(argv, capsys, flag: str, *fragments) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert flag in err, err
+    for fragment in fragments:
+        assert fragment in err, err
+    return err
+
+
+PLAN = ["plan", str(TINY), "--quiet"]
+CASES = [
+    (PLAN + ["--time-limit", "0"], "--time-limit", "greater than 0"),
+    (PLAN + ["--time-limit", "-5"], "--time-limit", "greater than 0"),
+    (PLAN + ["--time-limit", "nan"], "--time-limit", "finite"),
+    (PLAN + ["--time-limit", "inf"], "--time-limit", "finite"),
+    (PLAN + ["--time-limit", "1e12"], "--time-limit", "less than or equal to 10000000"),
+    (PLAN + ["--time-limit", "soon"], "--time-limit", "'soon'"),
+    (PLAN + ["--mip-gap", "0"], "--mip-gap", "greater than 0"),
+    (PLAN + ["--mip-gap", "1"], "--mip-gap", "less than 1"),
+    (PLAN + ["--mip-gap", "5"], "--mip-gap", "percentage"),
+    (PLAN + ["--mip-gap", "nan"], "--mip-gap", "fraction between 0 and 1"),
+    (PLAN + ["--threads", "0"], "--threads", "greater than or equal to 1"),
+    (PLAN + ["--threads", "2.5"], "--threads", "2.5"),
+    (PLAN + ["--threads", "99999"], "--threads", "1024"),
+    (PLAN + ["--set", "demand.scale=-1"], "--set demand.scale=-1", "greater than 0"),
+    (PLAN + ["--set", "serving.decode_mbu=nan"], "--set serving.decode_mbu=nan", "finite"),
+    (PLAN + ["--set", "serving.decode_mbu=×0"], "--set serving.decode_mbu=×0", "greater than 0"),
+    (PLAN + ["--set", "workloads.code-completion.ttft_p99_ms=" + "9" * 400], "--set workloads.code-completion",
+     "…"),
+    (["curves", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "0"], "--isl", "(0, 1e+07]"),
+    (["curves", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--osl", "-5"], "--osl", "tokens"),
+    (["curves", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--itl-ms", "nan"], "--itl-ms", "milliseconds"),
+    (["curves", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--ttft-ms", "inf"], "--ttft-ms", "milliseconds"),
+    (["curves", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--price-usd-per-gpu-hour", "0"],
+     "--price-usd-per-gpu-hour", "US$"),
+    (["sweep", str(TINY), "--vary", "demand.scale=1,inf", "--quiet"], "--vary", "finite"),
+    (["sweep", str(TINY), "--vary", "demand.scale=nan", "--quiet"], "--vary", "finite"),
+    (["sweep", str(TINY), "--vary", "demand.scale=×nan", "--quiet"], "--vary", "multiplier"),
+    (["sweep", str(TINY), "--vary", "demand.scale=1:inf:1", "--quiet"], "--vary", "finite"),
+    (["sweep", str(TINY), "--vary", "demand.scale=1,2", "--workers", "0", "--quiet"], "--workers", "[1, 256]"),
+    (["sweep", str(TINY), "--vary", "demand.scale=1,2", "--time-limit", "-1", "--quiet"], "--time-limit", "greater"),
+]
+
+
+@pytest.mark.parametrize("argv,flag,says", CASES, ids=[" ".join(c[0][2:] if c[0][0] == "plan" else c[0][:1] + c[0][-2:])
+                                                      for c in CASES])
+def test_bad_flag_values_are_refused_with_the_rule(tmp_path, capsys, monkeypatch, argv, flag, says):
+    monkeypatch.chdir(tmp_path)
+    before = snapshot(tmp_path)
+    check(argv, capsys, flag, says)
+    assert changes(before, snapshot(tmp_path)) == []
+
+
+PLAN_DIR_CASES = [
+    (["verify", "--requests", "0"], "--requests", "[1, 1e+07]"),
+    (["verify", "--requests", "many"], "--requests", "'many'"),
+    (["verify", "--seed", "-1"], "--seed", "seed"),
+    (["verify", "--seed", "1.5"], "--seed", "seed"),
+    (["verify", "--prefill-batch-tokens", "-1"], "--prefill-batch-tokens", "tokens"),
+    (["verify", "--slices", "Q9/all/3"], "--slices", "Q9/all/3"),
+    (["verify", "--slices", "nonsense"], "--slices", "PERIOD/DAYTYPE/HOUR"),
+    (["stress", "--demand", "×0"], "--demand", "(0, 1000]"),
+    (["stress", "--demand", "-1"], "--demand", "factor"),
+    (["stress", "--demand", "nan"], "--demand", "factor"),
+    (["stress", "--rtt", "x0"], "--rtt", "factor"),
+    (["stress", "--requests", "-3"], "--requests", "requests"),
+    (["stress", "--perturb", "serving.decode_mbu=×0"], "--perturb serving.decode_mbu=×0", "greater than 0"),
+    (["stress", "--perturb", "serving.decode_mbu=nan"], "--perturb serving.decode_mbu=nan", "finite"),
+    (["stress", "--perturb", "serving.decode_mbu=-1"], "--perturb serving.decode_mbu=-1", "fraction between 0 and 1"),
+    (["stress", "--perturb", "workloads.*.isl_mean_tokens=×0"], "--perturb workloads.", "greater than 0"),
+    (["stress", "--perturb", "serving.decode_mbuu=0.5"], "--perturb serving.decode_mbuu=0.5", "did you mean"),
+    (["stress", "--lose-site", "atlantis"], "--lose-site", "atlantis"),
+    (["operate", "--noise-sigma", "3"], "--noise-sigma", "[0, 2]"),
+    (["operate", "--noise-sigma", "nan"], "--noise-sigma", "σ"),
+    (["operate", "--seed", "x"], "--seed", "'x'"),
+]
+
+
+@pytest.mark.parametrize("argv,flag,says", PLAN_DIR_CASES, ids=[" ".join(c[0]) for c in PLAN_DIR_CASES])
+def test_bad_values_for_plan_folder_commands(plan_dir, tmp_path, capsys, argv, flag, says):
+    d = tmp_path / "plan"
+    shutil.copytree(plan_dir, d)
+    before = snapshot(tmp_path)
+    check([argv[0], str(d), *argv[1:]], capsys, flag, says)
+    assert changes(before, snapshot(tmp_path)) == []
+
+
+def _value_flags() -> list[tuple[str, str]]:
+    """(command, flag) of every flag that takes a value."""
+    out = []
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for command, parser in sub.choices.items():
+        for action in parser._actions:
+            if action.option_strings and action.nargs != 0 and action.option_strings[0].startswith("--"):
+                out.append((command, action.option_strings[0]))
+    return out
+
+
+VALUE_FLAGS = _value_flags()
+TEXT = st.one_of(st.sampled_from(["0", "-1", "nan", "inf", "-inf", "1e308", "1e-320", "", " ", "×0", "x-2", "1,5",
+                                  "2.5", "999999999999", "=1", "a=b", "Q1/all/99", "*", "../../etc/passwd"]),
+                 st.text(max_size=12), st.integers(-10**6, 10**6).map(str), st.floats(allow_nan=True).map(repr))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(which=st.sampled_from(VALUE_FLAGS), value=TEXT)
+def test_fuzzed_flag_values_parse_or_refuse_in_one_line(capsys, which, value):
+    """Parsing alone: a value is accepted or refused with one line naming the flag — never a
+    traceback (argparse types raise nothing else)."""
+    command, flag = which
+    positional = {"plan": [], "validate": ["x.yaml"], "network": [], "sweep": [], "compare": ["a", "b"],
+                  "report": ["d"], "verify": ["d"], "stress": ["d"], "operate": ["d"], "scenarios": [],
+                  "budget": [], "curves": []}.get(command, [])
+    required = {"curves": ["--model", "m", "--gpu", "g"], "budget": ["--metro", "m", "--site", "s",
+                                                                      "--workload", "w"]}.get(command, [])
+    try:
+        build_parser().parse_args([command, *positional, *required, f"{flag}={value}"])
+    except SystemExit as exc:
+        assert exc.code == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and flag in err, err
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(flag=st.sampled_from(["--isl", "--osl", "--itl-ms", "--ttft-ms", "--price-usd-per-gpu-hour"]), value=TEXT)
+def test_fuzzed_curve_arguments_run_or_refuse(capsys, flag, value):
+    """The cheap command run to the end with arbitrary values: a table, or one line and 2."""
+    code = main(["curves", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--json", f"{flag}={value}"])
+    err = capsys.readouterr().err.strip()
+    assert code in (0, 2)
+    if code == 2:
+        assert len(err.splitlines()) == 1, err
