@@ -87,16 +87,17 @@ class Section:
     id: str
     title: str
     body: str  # HTML
+    nav: str  # its name in the navigation bar
 
 
-def section(section_id: str, title: str, build: Callable[[], str]) -> Section:
+def section(section_id: str, title: str, build: Callable[[], str], nav: str = "") -> Section:
     """A section whose body ``build`` makes; when the folder lacks what it needs
     (`MissingInput`), the section says so instead."""
     try:
         body = build()
     except MissingInput as exc:
         body = f'<p class="missing">This section cannot be drawn: {esc(exc)}.</p>'
-    return Section(section_id, title, body)
+    return Section(section_id, title, body, nav or title)
 
 
 def _json_for_script(fig) -> str:
@@ -115,7 +116,7 @@ def chart_html(chart: Chart, alt: str) -> str:
 
 def page(title: str, subtitle: str, sections: list[Section]) -> str:
     """The whole page; ``subtitle`` is HTML (callers escape what they put in it)."""
-    nav = "".join(f'<a href="#{esc(s.id)}">{esc(s.title)}</a>' for s in sections)
+    nav = "".join(f'<a href="#{esc(s.id)}">{esc(s.nav)}</a>' for s in sections)
     body = "".join(f'<section id="{esc(s.id)}"><h2>{esc(s.title)}</h2>{s.body}</section>' for s in sections)
     plotly_js = get_plotlyjs().replace("</script", "<\\/script")
     hint = ('<p class="hint note">Charts: hover for values; click a legend entry to hide it, double-click to show '

@@ -21,14 +21,15 @@ from optimizer.report.opening import opening_html
 
 SECTIONS = ("opening", "cost-stack", "on-demand", "gpus-over-the-day", "map", "ttft-waterfall", "utilisation",
             "cost-per-token", "appendix")
-CHARTS = {  # section id → (title, chart function)
-    "cost-stack": ("Where the money goes", charts.cost_stack),
-    "on-demand": ("On-demand rental over the planned hours", charts.ondemand),
-    "gpus-over-the-day": ("GPUs by site over the planned hours", charts.gpus_over_the_day),
-    "map": ("Metros, sites and routing", routing_map),
-    "ttft-waterfall": ("Where the time to first token goes", charts.ttft_waterfall),
-    "utilisation": ("Utilisation", charts.utilisation),
-    "cost-per-token": ("Cost per million tokens against the baseline and list prices", charts.cost_per_token),
+CHARTS = {  # section id → (title, name in the navigation bar, chart function)
+    "cost-stack": ("Where the money goes", "Money", charts.cost_stack),
+    "on-demand": ("On-demand rental over the planned hours", "On demand", charts.ondemand),
+    "gpus-over-the-day": ("GPUs by site over the planned hours", "GPUs over the day", charts.gpus_over_the_day),
+    "map": ("Metros, sites and routing", "Map", routing_map),
+    "ttft-waterfall": ("Where the time to first token goes", "Time to first token", charts.ttft_waterfall),
+    "utilisation": ("Utilisation", "Utilisation", charts.utilisation),
+    "cost-per-token": ("Cost per million tokens against the baseline and list prices", "Cost per token",
+                       charts.cost_per_token),
 }
 CURVE_COLUMNS = [Column("id", "serving configuration"), Column("gpus", "GPUs", f.count, True),
                  Column("batch", "batch", f.unless_zero(f.count), True),
@@ -85,11 +86,11 @@ def appendix_html(folder: PlanFolder) -> str:
 def render(plan_dir: str | Path) -> str:
     folder = read_folder(plan_dir)
     s = folder.summary
-    sections = [section("opening", "The answer", lambda: opening_html(folder))]
-    for sid, (title, draw) in CHARTS.items():
-        sections.append(section(sid, title, lambda draw=draw, title=title: chart_html(draw(folder), title)))
+    sections = [section("opening", "The answer", lambda: opening_html(folder), "The answer")]
+    for sid, (title, nav, draw) in CHARTS.items():
+        sections.append(section(sid, title, lambda draw=draw, title=title: chart_html(draw(folder), title), nav))
     sections.append(section("appendix", "Appendix: figures, serving configurations, procurement",
-                            lambda: appendix_html(folder)))
+                            lambda: appendix_html(folder), "Appendix"))
     overrides = ", ".join(s.get("overrides") or [])
     subtitle = (f"Annual plan of scenario <b>{esc(s['scenario'])}</b> (sha256 {esc(s['scenario_sha256'][:12])}…"
                 + (f"; overrides {esc(overrides)}" if overrides else "") + ")"

@@ -90,7 +90,7 @@ def curves_data(table: pd.DataFrame, vary: dict, mode: str) -> pd.DataFrame:
         for i in table.index[chosen]:
             label = labels.at[i, key]
             rows.append({"key": key, "position": order.index(label) if label in order else len(order), "value": label,
-                         "others": ", ".join(f"{k} = {v}" for k, v in others.loc[i].items() if v is not None) or "runs",
+                         "others": ", ".join(f"{k} = {v}" for k, v in others.loc[i].items() if pd.notna(v)) or "runs",
                          "status": table.at[i, "status"], "total_cost_usd": table.at[i, "total_cost_usd"]
                          if "total_cost_usd" in table else None,
                          "cost_per_million_tokens_usd": table.at[i, "cost_per_million_tokens_usd"]
