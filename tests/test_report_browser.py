@@ -105,6 +105,32 @@ def test_every_section_renders_with_its_charts(browser, plan_page):
     assert sum(s["figures"] for s in state.values()) == len(SECTIONS) - 2  # all but the opening and appendix
 
 
+def test_charts_answer_hovers_and_menus_pick_a_workload(browser, plan_page, report_plan):
+    _, session = plan_page
+    hover = browser.evaluate(session, """(function () {
+      var d = document.querySelector("#utilisation .interactive");
+      Plotly.Fx.hover(d, [{curveNumber: 1, pointNumber: 1}]);
+      return Array.from(d.querySelectorAll(".hoverlayer text")).map(function (t) { return t.textContent; });
+    })()""")
+    assert len(hover) == 1 and hover[0].endswith("% of provisioned GPUs serving")
+    pools = pd.read_csv(report_plan / "pools.csv")
+    workloads = sorted(pools["workload"].unique())
+    always = {"map": 5}  # land, coast, borders, metros and sites show in every map view
+    for sid in ("map", "gpus-over-the-day"):
+        shown = browser.evaluate(session, f"""(function () {{
+          var d = document.querySelector("#{sid} .interactive");
+          return d.layout.updatemenus[0].buttons.map(function (b) {{
+            Plotly.restyle(d, b.args[0]);
+            return [b.label, d.data.filter(function (t) {{ return t.visible !== false; }}).length];
+          }});
+        }})()""")
+        assert [label for label, _ in shown] == ["all workloads", *workloads]
+        if sid == "gpus-over-the-day":  # one stacked area per site in every view
+            assert all(visible == pools["site"].nunique() for _, visible in shown)
+        else:  # each view adds its own flows
+            assert all(visible > always[sid] for _, visible in shown)
+
+
 def test_the_opening_shows_the_plans_figures(browser, plan_page, report_plan):
     _, session = plan_page
     summary = json.loads((report_plan / "summary.json").read_text())

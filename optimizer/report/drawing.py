@@ -25,7 +25,9 @@ import plotly.graph_objects as go  # noqa: E402
 PALETTE = [matplotlib.colors.to_hex(c) for c in plt.get_cmap("tab10").colors]
 TITLE_CHARS = 100  # static titles wrap here
 LEGEND_COLUMNS = 6
-STATIC_RC = {"text.parse_math": False, "font.size": 9, "axes.titlesize": 11}
+# no mathtext, and plain tick labels (no offset, no scientific notation) for any magnitude a plan has
+STATIC_RC = {"text.parse_math": False, "font.size": 9, "axes.titlesize": 11, "axes.formatter.useoffset": False,
+             "axes.formatter.limits": (-9, 15)}
 WIDTH_IN = 10.0
 PX_PER_IN = 100
 
@@ -74,8 +76,8 @@ def interactive_figure(axes: Axes, height_in: float | None = None) -> go.Figure:
         height=int((height_in or axes.height_in) * PX_PER_IN), margin=dict(l=60, r=20, t=70, b=50),
         legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="left", x=0, font=dict(size=11)),
         font=dict(family="sans-serif", size=12), hoverlabel=dict(namelength=-1))
-    fig.update_xaxes(automargin=True, gridcolor="#e6e6e6", zerolinecolor="#999")
-    fig.update_yaxes(automargin=True, gridcolor="#e6e6e6", zerolinecolor="#999")
+    for update in (fig.update_xaxes, fig.update_yaxes):
+        update(automargin=True, gridcolor="#e6e6e6", zerolinecolor="#999", exponentformat="none", separatethousands=True)
     return fig
 
 
