@@ -3,7 +3,7 @@ protocol (tests/chromium.py). Each page loads with no console error and no reque
 the file itself and its embedded images; every section renders; the opening section shows
 summary.json's and procurement.csv's figures; printing hides the interactive charts and shows
 the static ones. A screenshot and a PDF of the plan report are left in pytest's temporary
-folder (printed at the end of the run) as artifacts.
+folder, or in $FLEETPLAN_ARTIFACTS when set, as artifacts.
 
 Skipped when Chromium is not installed, unless FLEETPLAN_REQUIRE_BROWSER is set (CI)."""
 
@@ -72,6 +72,12 @@ def browser():
 
 @pytest.fixture(scope="module")
 def artifacts(tmp_path_factory):
+    """Where the screenshot and the PDF go: $FLEETPLAN_ARTIFACTS when set (CI), else pytest's
+    temporary folder."""
+    chosen = os.environ.get("FLEETPLAN_ARTIFACTS")
+    if chosen:
+        Path(chosen).mkdir(parents=True, exist_ok=True)
+        return Path(chosen)
     return tmp_path_factory.mktemp("report-artifacts")
 
 

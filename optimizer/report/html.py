@@ -120,7 +120,7 @@ def page(title: str, subtitle: str, sections: list[Section]) -> str:
     body = "".join(f'<section id="{esc(s.id)}"><h2>{esc(s.title)}</h2>{s.body}</section>' for s in sections)
     plotly_js = get_plotlyjs().replace("</script", "<\\/script")
     hint = ('<p class="hint note">Charts: hover for values; click a legend entry to hide it, double-click to show '
-            "it alone; menus above a chart pick a site or a workload. Printing shows static images.</p>")
+            "it alone; a menu above a chart picks a workload. Printing shows static images.</p>")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{esc(title)}</title><style>{STYLE}</style></head>

@@ -18,8 +18,8 @@ from optimizer.report.folder import MissingInput, PlanFolder
 from optimizer.report.formatting import Column, esc
 
 TERMS = [("reserved_1y_nodes", "reserved, 1 year"), ("reserved_3y_nodes", "reserved, 3 years"), ("owned_nodes", "owned")]
-STATUS_WORDS = {"optimal": "proven within the target", "gap_above_target": "not proven within the target",
-                "time_limit": "stopped by the time limit"}
+STATUS_WORDS = {"optimal": "proven within the {} target", "gap_above_target": "not proven within the {} target",
+                "time_limit": "the solver stopped at its time limit before proving the {} target"}
 
 
 def _nodes(proc: pd.DataFrame) -> pd.DataFrame:
@@ -141,7 +141,8 @@ def gap_words(s: dict) -> str:
         return f"The solver gave no bound; the plan costs {f.usd(total)} and nothing says how close that is to the best."
     head = (f"No plan can cost less than {f.usd(bound)} a year (a proven lower bound), so this plan "
             f"({f.usd(total)}) is at most {f.pct(gap)} above the cheapest possible one")
-    target_words = f" — {STATUS_WORDS.get(s['status'], s['status'])} of {f.pct(target)}" if target is not None else ""
+    target_words = (" — " + STATUS_WORDS.get(s["status"], s["status"] + " ({} target)").format(f.pct(target))
+                    if target is not None else "")
     tail = ("." if s["status"] == "optimal" else
             ". The bound comes from an optimistic relaxation of the problem, so the true distance is probably smaller.")
     return head + target_words + tail
