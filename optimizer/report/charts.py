@@ -63,11 +63,8 @@ def provisioning_data(folder: PlanFolder) -> pd.DataFrame:
         [pools["site"], pools["gpu"], pools["period"], pools["day_type"], pools["hour"]]).sum().rename("gpus_in_replicas")
     proc = folder.tables["procurement"]
     proc = proc[proc["gpu"] != "egress"]
-    frames = []
-    for row in proc.itertuples():
-        part = axis.assign(site=row.site, gpu=row.gpu, committed_nodes=int(row.reserved_nodes),
-                           gpus_per_node=per_node[row.gpu])
-        frames.append(part)
+    frames = [axis.assign(site=r.site, gpu=r.gpu, committed_nodes=int(r.reserved_nodes), gpus_per_node=per_node[r.gpu])
+              for r in proc.itertuples()]
     if not frames:
         raise MissingInput("the plan buys no nodes")
     out = pd.concat(frames, ignore_index=True)
