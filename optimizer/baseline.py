@@ -23,6 +23,7 @@ class Baseline:
     total_cost_usd: float
     gpu_by_workload: dict[str, str]
     solution: Solution
+    cost_usd_by_workload: dict[str, float]  # each workload's own nodes and egress; they add up to the total
 
 
 def _assign(inst: Instance, k: str, gpu: str):
@@ -77,9 +78,7 @@ def _plan_for(inst: Instance, k: str, gpu: str):
 def baseline(inst: Instance) -> Baseline | None:
     """The hand-made plan, or None when some workload has no single accelerator type that
     serves every metro colocated from its nearest site."""
-    committed: dict = {}
-    ondemand: dict = {}
-    flows, replicas, routes = {}, {}, {}
+    parts = {}
     choice = {}
     for k in inst.workloads:
         best = None
@@ -96,18 +95,39 @@ def baseline(inst: Instance) -> Baseline | None:
             return None
         _, g, (nodes, f, r, ro) = best
         choice[k] = g
-        for s, n in nodes.items():
-            terms = inst.contracts[(s, g)].committed
-            if terms:
-                term = min(sorted(terms), key=lambda t: terms[t])
-                committed[(s, g, term)] = committed.get((s, g, term), 0) + n
-            else:  # nothing can be reserved: rent the peak on demand every hour
-                for st in inst.states:
-                    if st.lost_site is None:
-                        ondemand[(s, g, st.id)] = ondemand.get((s, g, st.id), 0) + n
-        flows.update(f)
-        replicas.update(r)
-        routes.update(ro)
-    sol = Solution(committed, ondemand, flows, replicas, routes, {})
+        parts[k] = _solution_of(inst, g, nodes, f, r, ro)
+    sol = _merged(list(parts.values()))
     total = float(procurement_table(inst, sol)["cost_usd"].sum())
-    return Baseline(total, choice, sol)
+    by_workload = {k: float(procurement_table(inst, part)["cost_usd"].sum()) for k, part in parts.items()}
+    return Baseline(total, choice, sol, by_workload)
+
+
+def _solution_of(inst: Instance, g: str, nodes: dict, flows: dict, replicas: dict, routes: dict) -> Solution:
+    """One workload's part of the baseline: its peak nodes reserved on the cheapest term (on
+    demand every hour where nothing may be reserved)."""
+    committed, ondemand = {}, {}
+    for s, n in nodes.items():
+        terms = inst.contracts[(s, g)].committed
+        if terms:
+            committed[(s, g, min(sorted(terms), key=lambda t: terms[t]))] = n
+        else:  # nothing can be reserved: rent the peak on demand every hour
+            for st in inst.states:
+                if st.lost_site is None:
+                    ondemand[(s, g, st.id)] = n
+    return Solution(committed, ondemand, dict(flows), dict(replicas), dict(routes), {})
+
+
+def _merged(parts: list[Solution]) -> Solution:
+    """The workloads' parts as one plan: nodes at the same (site, accelerator) add up."""
+    committed: dict = {}
+    ondemand: dict = {}
+    flows, replicas, routes = {}, {}, {}
+    for part in parts:
+        for key, n in part.committed.items():
+            committed[key] = committed.get(key, 0) + n
+        for key, n in part.ondemand.items():
+            ondemand[key] = ondemand.get(key, 0) + n
+        flows.update(part.flows)
+        replicas.update(part.replicas)
+        routes.update(part.routes)
+    return Solution(committed, ondemand, flows, replicas, routes, {})

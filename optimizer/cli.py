@@ -286,7 +286,8 @@ def cmd_sweep(args) -> int:
     shown = table[[c for c in cols if c in table]]
     print(shown.to_string(index=False, float_format=lambda x: f"{x:,.4g}"))
     print(f"{len(table)} runs → {Path(args.out) / 'sweep.csv'} and sweep.parquet"
-          + (f", tornado chart {Path(args.out) / 'tornado.png'}" if args.one_at_a_time else ""))
+          + (f", tornado chart {Path(args.out) / 'tornado.png'}" if (Path(args.out) / "tornado.png").exists() else "")
+          + f", report {Path(args.out) / 'sweep.html'}")
     return 0
 
 
@@ -306,7 +307,7 @@ def cmd_compare(args) -> int:
         write_comparison(cmp, args.out)
     print(comparison_text(cmp))
     if args.out:
-        print(f"written: {Path(args.out) / 'compare.csv'}, routing_changes.csv, compare.png")
+        print(f"written: {Path(args.out) / 'compare.csv'}, routing_changes.csv, compare.png, compare.html")
     return 0
 
 
@@ -481,7 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cp = sub.add_parser("compare", help="plan folders side by side")
     cp.add_argument("plans", nargs="+")
-    cp.add_argument("--out", help="folder for compare.csv, routing_changes.csv and compare.png")
+    cp.add_argument("--out", help="folder for compare.csv, routing_changes.csv, compare.png and compare.html")
     cp.set_defaults(func=cmd_compare)
 
     rp = sub.add_parser("report", help="write report.html for a plan folder")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from optimizer.outputs import COMPARISON, folder_target, save_png, write_csv
+from optimizer.outputs import COMPARISON, folder_target, write_csv
 from optimizer.plan import Plan, read_plan
 
 COST_LINES = {
@@ -109,7 +109,10 @@ def compare(plan_dirs: list[str | Path]) -> Comparison:
 
 
 def write_comparison(cmp: Comparison, out: str | Path) -> Path:
-    """compare.csv (long form: section, key, plan, value), routing_changes.csv, compare.png."""
+    """compare.csv (long form: section, key, plan, value), routing_changes.csv, and the page
+    compare.html with compare.png (`optimizer.report.compare_page`)."""
+    from optimizer.report.compare_page import write_compare_report
+
     out = folder_target(out, COMPARISON, inputs=cmp.sources)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -124,37 +127,8 @@ def write_comparison(cmp: Comparison, out: str | Path) -> Path:
                 rows.append({"section": f"workload_{metric}", "key": workload, "plan": n, "value": row[(n, metric)]})
     write_csv(pd.DataFrame(rows), out / "compare.csv")
     write_csv(cmp.routing_changes, out / "routing_changes.csv")
-    _chart(cmp, out / "compare.png")
+    write_compare_report(cmp, out)
     return out
-
-
-def _chart(cmp: Comparison, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    bottom = pd.Series(0.0, index=cmp.names)
-    for line, row in cmp.money.iterrows():
-        ax1.bar(cmp.names, row / 1e6, bottom=bottom / 1e6, label=line)
-        bottom += row
-    ax1.set_ylabel("US$ million per year")
-    ax1.set_title("where the money goes")
-    ax1.legend(fontsize=8)
-    gpu_by_type = cmp.gpus.groupby(level="gpu").sum()
-    bottom = pd.Series(0.0, index=cmp.names)
-    for gpu, row in gpu_by_type.iterrows():
-        ax2.bar(cmp.names, row, bottom=bottom, label=gpu)
-        bottom += row
-    ax2.set_ylabel("GPUs at each site's peak, summed")
-    ax2.set_title("GPUs by type")
-    ax2.legend(fontsize=8)
-    for ax in (ax1, ax2):
-        ax.tick_params(axis="x", rotation=20)
-        ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    save_png(fig, path)
 
 
 def comparison_text(cmp: Comparison) -> str:

@@ -198,14 +198,20 @@ def write_edge_csv(g: nx.Graph, path: Path) -> None:
 
 
 def plot_map(g: nx.Graph, s: Scenario, path, flows: pd.DataFrame | None = None) -> None:
-    """Metros, sites and (optionally) routing flows (metro, site, weight) on a lon/lat plane,
-    saved as PNG to ``path`` (a file path or a binary buffer)."""
+    """Metros, sites and (optionally) routing flows (metro, site, weight) over land and borders
+    (`optimizer.report.maps`), saved as PNG to ``path`` (a file path or a binary buffer)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from optimizer.report.land import load_land
+    from optimizer.report.maps import draw_land, extent
+
+    lon_range, lat_range, stretch = extent([p.lon for p in (*s.metros.values(), *s.sites.values())],
+                                           [p.lat for p in (*s.metros.values(), *s.sites.values())])
     fig, ax = plt.subplots(figsize=(12, 6.5))
+    draw_land(ax, load_land().within(lon_range, lat_range))
     if flows is not None and len(flows):
         top = flows["weight"].max()
         for row in flows.itertuples():
@@ -225,6 +231,9 @@ def plot_map(g: nx.Graph, s: Scenario, path, flows: pd.DataFrame | None = None) 
                color="tab:green", edgecolor="k", label="candidate site", zorder=3)
     for x in s.sites.values():
         ax.annotate(x.id, (x.lon, x.lat), xytext=(4, 4), textcoords="offset points", fontsize=7)
+    ax.set_xlim(*lon_range)
+    ax.set_ylim(*lat_range)
+    ax.set_aspect(stretch)
     ax.set_xlabel("longitude (°)")
     ax.set_ylabel("latitude (°)")
     ax.grid(alpha=0.3)

@@ -51,9 +51,9 @@ PLAN = FolderKind("plan folder", "summary.json", frozenset({
     "summary.json", "scenario.json", "procurement.csv", "pools.csv", "routing.csv", "slo.csv", "curves.csv",
     "plan.xlsx", "report.html", "verify.csv", "verify.json", "stress.csv", "stress.json", "operations.csv",
     "operations_sites.csv", "operations.json"}))
-SWEEP = FolderKind("sweep folder", "sweep.csv", frozenset({"sweep.csv", "sweep.parquet", "tornado.png"}))
+SWEEP = FolderKind("sweep folder", "sweep.csv", frozenset({"sweep.csv", "sweep.parquet", "tornado.png", "sweep.html"}))
 COMPARISON = FolderKind("comparison folder", "compare.csv",
-                        frozenset({"compare.csv", "routing_changes.csv", "compare.png"}))
+                        frozenset({"compare.csv", "routing_changes.csv", "compare.png", "compare.html"}))
 
 
 def _refuse(flag: str, path, message: str) -> ScenarioError:
@@ -246,8 +246,13 @@ def atomic_file(target: Path):
 
 
 def write_text_atomic(target: Path, text: str) -> None:
-    with atomic_file(target) as tmp:
-        tmp.write_text(text)
+    with atomic_file(Path(target)) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_bytes_atomic(target: Path, data: bytes) -> None:
+    with atomic_file(Path(target)) as tmp:
+        tmp.write_bytes(data)
 
 
 def replace_folder(new: Path, target: Path) -> None:

@@ -360,6 +360,7 @@ def plan_summary(s: Scenario, raw: RawScenario, inst: Instance, result: SolveRes
         "gpus_by_type_peak": _gpus_by_type(inst, sol),
         "baseline_cost_usd": base.total_cost_usd if base else None,
         "baseline_gpu_by_workload": base.gpu_by_workload if base else None,
+        "baseline_cost_usd_by_workload": base.cost_usd_by_workload if base else None,
         "savings_vs_baseline": 1 - total / base.total_cost_usd if base and base.total_cost_usd else None,
         "repair_violations": list(sol.violations),
         "solve_seconds": result.solve_seconds,

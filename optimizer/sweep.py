@@ -32,7 +32,13 @@ import numpy as np
 import pandas as pd
 
 from optimizer.errors import FleetplanError, Origin, ScenarioError
-from optimizer.outputs import SWEEP, atomic_file, folder_target, save_png, unescape_text, write_csv
+from optimizer.outputs import (
+    SWEEP,
+    atomic_file,
+    folder_target,
+    unescape_text,
+    write_csv,
+)
 from optimizer.scenario import shorten
 from optimizer.sources import limit, over_limit, read_text
 
@@ -264,8 +270,10 @@ def sweep(scenario=None, vary: dict[str, list] | None = None, mode: str = "grid"
                 bar.step(row)
         _write(rows, out_dir, vary)
     table = _write(rows, out_dir, vary) if rows else pd.DataFrame()
-    if mode == "one-at-a-time" and len(table):
-        tornado(table, vary, out_dir / "tornado.png")
+    if len(table):
+        from optimizer.report.sweep_page import write_sweep_report
+
+        write_sweep_report(table, vary, mode, out_dir)
     return table
 
 
@@ -292,7 +300,8 @@ def _execute(batches: list[list[RunSpec]], executor: str, workers: int, schedule
 
 def _dask(batches: list[list[RunSpec]], workers: int, scheduler: str | None):
     try:
-        from dask.distributed import Client, LocalCluster, as_completed as dask_completed
+        from dask.distributed import Client, LocalCluster
+        from dask.distributed import as_completed as dask_completed
     except ImportError:
         raise ScenarioError("the Dask executor needs dask[distributed]: pip install -e '.[dask]'", field="--executor") from None
     cluster = None if scheduler else LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
@@ -306,34 +315,3 @@ def _dask(batches: list[list[RunSpec]], workers: int, scheduler: str | None):
         client.close()
         if cluster is not None:
             cluster.close()
-
-
-def tornado(table: pd.DataFrame, vary: dict[str, list], path: Path, metric: str = "total_cost_usd") -> None:
-    """Horizontal bars: for each varied key, the lowest and highest ``metric`` over its
-    values, around the scenario as written; widest swing on top."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ok = table[table["status"].isin(["optimal", "gap_above_target", "time_limit"])]
-    base_rows = ok[ok[list(vary)].isna().all(axis=1)] if vary else ok
-    if base_rows.empty:
-        return
-    base = float(base_rows[metric].iloc[0])
-    bars = []
-    for key in vary:
-        values = ok[ok[key].notna()][metric]
-        if len(values):
-            bars.append((key, float(values.min()), float(values.max())))
-    bars.sort(key=lambda b: b[2] - b[1])
-    fig, ax = plt.subplots(figsize=(9, 0.6 * len(bars) + 1.5))
-    for i, (key, lo, hi) in enumerate(bars):
-        ax.barh(i, hi - base, left=base, color="tab:red", alpha=0.7)
-        ax.barh(i, lo - base, left=base, color="tab:blue", alpha=0.7)
-    ax.axvline(base, color="k", lw=1)
-    ax.set_yticks(range(len(bars)), [b[0] for b in bars], fontsize=8)
-    ax.set_xlabel(f"{metric} (scenario as written: {base:,.0f})")
-    ax.set_title("sensitivity (one key at a time)")
-    fig.tight_layout()
-    save_png(fig, path)

@@ -28,3 +28,21 @@ def write_scenario(tmp_path):
         return path
 
     return write
+
+
+@pytest.fixture(scope="session")
+def report_plan(tmp_path_factory):
+    """tests/data/report.yaml planned (two sites of 4-GPU nodes, two workloads, on-demand
+    nodes, a warm pool), then verified, stressed and operated, and its report written again
+    with those results: the plan folder every report test reads."""
+    from optimizer.cli import main
+    from optimizer.report import write_report
+
+    out = tmp_path_factory.mktemp("report") / "plan"
+    assert main(["plan", str(Path(__file__).parent / "data" / "report.yaml"), "--out", str(out), "--quiet",
+                 "--master"]) == 0
+    assert main(["verify", str(out), "--requests", "300"]) in (0, 7)
+    assert main(["stress", str(out), "--demand", "×1.2"]) in (0, 7)
+    assert main(["operate", str(out)]) in (0, 7)
+    write_report(out)
+    return out

@@ -10,6 +10,7 @@ import networkx as nx
 import numpy as np
 import pandas as pd
 import pytest
+from PIL import Image
 
 from optimizer.cli import main
 from optimizer.errors import ScenarioError
@@ -25,6 +26,7 @@ from optimizer.network import (
     write_edge_csv,
     write_graphml,
 )
+from optimizer.report.maps import LAND
 from optimizer.scenario import DATA_DIR, NetworkSpec, load_scenario
 from small import SMALL
 
@@ -348,6 +350,9 @@ def test_network_command_writes_rtt_csv_and_map(tmp_path, capsys):
     row = table[(table["from"] == "chicago") & (table["to"] == "ashburn")]["rtt_ms"].item()
     assert 20 * 0.7 + 5 <= row <= 24 * 1.3 + 5  # site-to-site band plus 5 ms access
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out_png.stat().st_size > 10_000
+    pixels = np.asarray(Image.open(out_png).convert("RGB")).reshape(-1, 3)
+    land = np.array([int(LAND[i:i + 2], 16) for i in (1, 3, 5)])
+    assert (pixels == land).all(axis=1).mean() > 0.2  # a fifth of the picture at least is land
     assert "34 metros × 10 sites" in capsys.readouterr().out
 
 
