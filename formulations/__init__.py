@@ -10,10 +10,21 @@ rows, and the objective is assembled from the cost terms. The result is a
 Order: pools produce flows and GPU loads (prefill, colocated, decode), routing feeds the
 tiers, latency_tiers balances them, procurement supplies nodes, scaling prices on-demand
 ramps, resilience ties site-loss states to the peak slice, capacity and power close the
-balances. `formulations` knows only the `Instance` contract, never `optimizer`.
+balances.
+
+One formulation, three uses: the plan (master or exact), and — with ``operating`` set
+(`registry.Operating`) on a one-state view of the instance — the re-operation of a plan's
+slices and the hours of its year. A constraint added here holds in all three.
+
+`formulations` knows only the `Instance` contract and the shared vocabulary
+(`optimizer.units`, `optimizer.contracts`: leaf modules), never the rest of `optimizer`.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
 
 from formulations import (
     capacity,
@@ -28,7 +39,8 @@ from formulations import (
     scaling,
 )
 from formulations.linear import LinearProgram
-from formulations.registry import Build, Terms
+from formulations.registry import Build, Operating, Terms
+from optimizer.units import Role
 
 MODULES = (prefill, colocated, decode, routing, latency_tiers, procurement, scaling, resilience, capacity, power)
 
@@ -60,16 +72,52 @@ def refresh(lp: LinearProgram, inst) -> list:
     return changes
 
 
-def build_program(inst, exact: bool, gpus_per_rps: dict, max_replicas: dict) -> tuple[LinearProgram, Terms]:
+def build_program(inst, exact: bool, gpus_per_rps: dict, max_replicas: dict,
+                  operating: Operating | None = None) -> tuple[LinearProgram, Terms]:
     """The MIP for ``inst``. ``gpus_per_rps[(pool, state)]`` prices the master problem's pools
-    (ignored in exact mode); ``max_replicas`` bounds the pool-size choices of exact mode."""
+    (ignored in exact mode); ``max_replicas`` bounds the pool-size choices of exact mode;
+    ``operating`` fixes a plan's commitment (`registry.Operating`)."""
     lp = LinearProgram()
     lp.param("gpus_per_rps", gpus_per_rps)
     terms = Terms()
-    build = Build(lp, inst, terms, exact, max_replicas)
+    build = Build(lp, inst, terms, exact, max_replicas, operating)
     for module in MODULES:
         module.add_to(build)
     for items in terms.cost.values():
         for col, coef in items:
             lp.add_cost(col, coef)
     return lp, terms
+
+
+@dataclass
+class Reading:
+    """A solution vector read back by block, nonzero entries only."""
+
+    flows: dict  # (pool, state) → requests/s into the pool
+    routes: dict  # (metro, site, workload, tier, state) → requests/s
+    unserved: dict  # (metro, workload, state) → requests/s
+    committed: dict  # (site, gpu, term) → nodes
+    ondemand: dict  # (site, gpu, state) → nodes
+    replicas: dict  # (pool, state) → whole replicas (exact mode; empty in the master)
+
+
+def read_solution(lp: LinearProgram, x: np.ndarray) -> Reading:
+    """The one place that knows the blocks' names: everything the solve needs from ``x``."""
+    def values(block, whole=False):
+        out = {}
+        for key, col in lp.cols.get(block, {}).items():
+            v = float(x[col])
+            if whole:
+                if round(v) > 0:
+                    out[key] = int(round(v))
+            elif v > 1e-9:
+                out[key] = v
+        return out
+
+    flows, replicas = {}, {}
+    for role in Role:
+        flows.update(values(f"{role}_flow"))
+        replicas.update(values(f"{role}_replicas", whole=True))
+    integer = bool(lp.col_integer) and any(lp.col_integer)
+    return Reading(flows, values("route"), values("unserved"), values("committed", whole=integer),
+                   values("ondemand", whole=integer), replicas)

@@ -16,21 +16,26 @@ from __future__ import annotations
 from formulations.linear import Param
 
 
-def pool_states(inst, role: str) -> list[tuple[int, int]]:
-    """(pool id, state id) pairs of a role, in a deterministic order."""
-    return [(p.id, st.id) for st in inst.states for p in inst.pools_in(st, role)]
+def pool_states(inst, role: str, open_pools=None) -> list[tuple[int, int]]:
+    """(pool id, state id) pairs of a role, in a deterministic order (only ``open_pools``
+    where given)."""
+    return [(p.id, st.id) for st in inst.states for p in inst.pools_in(st, role)
+            if open_pools is None or p.id in open_pools]
 
 
 def add_pool_flows(build, role: str) -> dict:
     """Flow columns y[p,t] ≥ 0 (requests/s into the pool) and their GPU load; returns the
-    column of each (pool, state)."""
-    lp, inst, terms = build.lp, build.inst, build.terms
-    index = pool_states(inst, role)
+    column of each (pool, state). Operating a commitment, a flow also pays the tie-break per
+    GPU it occupies (`registry.Operating`)."""
+    lp, inst, terms, operating = build.lp, build.inst, build.terms, build.operating
+    index = pool_states(inst, role, operating.open_pools if operating else None)
     flow = lp.add_cols(f"{role}_flow", index)
     if not build.exact:
         for key, col in flow.items():
             p = inst.pools[key[0]]
             terms.gpu_load[(p.site, p.gpu, key[1])].append((col, Param("gpus_per_rps", key)))
+            if operating:
+                terms.add_cost("tie_break", col, Param("gpus_per_rps", key, operating.tie_break_usd_per_gpu_hour))
         return flow
     replicas = lp.add_cols(f"{role}_replicas", index, integer=True)
     for key, col in flow.items():

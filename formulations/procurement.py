@@ -12,28 +12,33 @@ Supply    Σ_term c[s,g,term] ≤ reserved cap;   o[s,g,t] ≤ on-demand cap
 Nodes     usable[s,g,t]  = Σ c + (1 − φ) · o    (φ: warm-pool share of on-demand nodes, kept
                                                  idle to absorb rises faster than a cold start)
           powered[s,g,t] = Σ c + o
-Cost      reserved/owned: c · $/node-h · 8760;  owned energy: c_owned · node kW · PUE · $/MWh · 8760
-          (cloud prices include energy; owned nodes pay it at full power — conservative);
-          on-demand: Σ_t h_t · o[s,g,t] · $/node-h.
+Cost      committed: c · $/node-h · 8760 in the term's category (`optimizer.contracts`); a term
+          whose price leaves energy out (owned) also pays c · node kW · PUE · $/MWh · 8760 as
+          energy (at full power — conservative); on-demand: Σ_t h_t · o[s,g,t] · $/node-h.
+Operating a commitment (`registry.Operating`), c is fixed at the plan's nodes — on the
+(site, accelerator)'s first priced term — and costs nothing more.
 """
 
 from __future__ import annotations
 
 from formulations.linear import Param
-
-HOURS_PER_YEAR = 8760.0
+from optimizer.units import HOURS_PER_YEAR
 
 
 def add_to(build) -> None:
     build.terms.writes("nodes_usable", "nodes_powered")
     lp, inst, terms = build.lp, build.inst, build.terms
     committed_index = [(s, g, term) for s, g in inst.site_gpus for term in sorted(inst.contracts[(s, g)].committed)]
-    lp.param("committed_usd_per_node_hour", {key: inst.contracts[key[:2]].committed[key[2]] for key in committed_index})
-    lp.param("owned_energy_usd_per_node_hour", {key: inst.contracts[key].owned_energy for key in inst.site_gpus})
+    lp.param("committed_usd_per_node_hour", {key: inst.contracts[key[:2]].committed[key[2]].rate for key in committed_index})
+    lp.param("energy_usd_per_node_hour", {key: inst.contracts[key[:2]].committed[key[2]].energy for key in committed_index})
     lp.param("ondemand_usd_per_node_hour", {key: inst.contracts[key].ondemand for key in inst.site_gpus})
     lp.param("committed_max", {key: float(inst.committed_max[key]) for key in inst.site_gpus})
     lp.param("ondemand_max", {key: float(inst.ondemand_max[key]) for key in inst.site_gpus})
-    committed = lp.add_cols("committed", committed_index, integer=build.exact)
+    operating = build.operating
+    if operating is None:
+        committed = lp.add_cols("committed", committed_index, integer=build.exact)
+    else:
+        committed = lp.add_cols("committed", committed_index, lower=_fixed(inst, operating), upper=_fixed(inst, operating))
     ondemand_index = [(s, g, st.id) for st in inst.states for s, g in inst.site_gpus
                       if s != st.lost_site and inst.ondemand_max[(s, g)] > 0]
     ondemand = lp.add_cols("ondemand", ondemand_index, upper=lambda key: Param("ondemand_max", key[:2]),
@@ -41,10 +46,12 @@ def add_to(build) -> None:
     terms_of: dict = {}
     for (s, g, term), col in committed.items():
         terms_of.setdefault((s, g), []).append(col)
-        rate = Param("committed_usd_per_node_hour", (s, g, term), HOURS_PER_YEAR)
-        terms.add_cost("owned" if term == "owned" else "reserved", col, rate)
-        if term == "owned":
-            terms.add_cost("owned_energy", col, Param("owned_energy_usd_per_node_hour", (s, g), HOURS_PER_YEAR))
+        if operating is not None:
+            continue
+        contract = inst.contracts[(s, g)].committed[term]
+        terms.add_cost(contract.category, col, Param("committed_usd_per_node_hour", (s, g, term), HOURS_PER_YEAR))
+        if contract.energy:
+            terms.add_cost("energy", col, Param("energy_usd_per_node_hour", (s, g, term), HOURS_PER_YEAR))
     for key, cols in sorted(terms_of.items()):
         lp.add_row("committed_cap", key, [(c, 1.0) for c in cols], upper=Param("committed_max", key))
     for st in inst.states:
@@ -66,12 +73,23 @@ def add_to(build) -> None:
             terms.add_cost("ondemand", col, Param("ondemand_usd_per_node_hour", (s, g), hours))
 
 
+def _fixed(inst, operating):
+    """Bound of a committed column when operating: the plan's nodes on the first priced term."""
+    def bound(key):
+        s, g, term = key
+        first = sorted(inst.contracts[(s, g)].committed)[0]
+        return float(operating.committed.get((s, g), 0)) if term == first else 0.0
+    return bound
+
+
 def refresh(lp, inst) -> list:
     """New prices and supply caps for a program of the same structure."""
+    committed = lp.params["committed_usd_per_node_hour"]
     return [
-        lp.set_params("committed_usd_per_node_hour", {key: inst.contracts[key[:2]].committed[key[2]]
-                                                      for key in lp.params["committed_usd_per_node_hour"]}),
-        lp.set_params("owned_energy_usd_per_node_hour", {key: inst.contracts[key].owned_energy for key in inst.site_gpus}),
+        lp.set_params("committed_usd_per_node_hour", {key: inst.contracts[key[:2]].committed[key[2]].rate
+                                                      for key in committed}),
+        lp.set_params("energy_usd_per_node_hour", {key: inst.contracts[key[:2]].committed[key[2]].energy
+                                                   for key in committed}),
         lp.set_params("ondemand_usd_per_node_hour", {key: inst.contracts[key].ondemand for key in inst.site_gpus}),
         lp.set_params("committed_max", {key: float(inst.committed_max[key]) for key in inst.site_gpus}),
         lp.set_params("ondemand_max", {key: float(inst.ondemand_max[key]) for key in inst.site_gpus}),

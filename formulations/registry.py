@@ -8,8 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from formulations.linear import LinearProgram
-
-COST_CATEGORIES = ("reserved", "owned", "owned_energy", "ondemand", "ramp", "egress", "unserved")
+from optimizer.contracts import COST_CATEGORIES
 
 
 def _terms() -> dict:
@@ -57,6 +56,19 @@ class Terms:
         return getattr(self, name)
 
 
+@dataclass(frozen=True)
+class Operating:
+    """A plan's commitment operated (re-operation of its slices, the hours of its year): the
+    committed nodes are fixed (bounds) and cost nothing more, only the plan's pools are open,
+    each priced through ``gpus_per_rps`` at its largest planned size, and every flow pays a
+    tie-break of ``tie_break_usd_per_gpu_hour`` per GPU it occupies, so that free committed
+    GPUs go where they occupy the fewest."""
+
+    committed: dict  # (site, gpu) → committed nodes
+    open_pools: frozenset  # pool ids
+    tie_break_usd_per_gpu_hour: float = 1e-4
+
+
 @dataclass
 class Build:
     """What every module receives: the linear program, the instance, the registry, the mode.
@@ -64,7 +76,8 @@ class Build:
     exact=False is the master problem: replicas are continuous, a pool's GPUs are its flow
     times the parameter ``gpus_per_rps[(pool, state)]`` (the solve loop re-prices it between
     solves). exact=True makes replicas integer with the SLO capacity f(n) exact on the
-    integers (small instances and checks only).
+    integers (small instances and checks only). ``operating`` (master pricing) fixes a
+    commitment (`Operating`).
     """
 
     lp: LinearProgram
@@ -72,3 +85,4 @@ class Build:
     terms: Terms
     exact: bool
     max_replicas: dict  # (pool id, state id) → largest pool size worth considering
+    operating: Operating | None = None

@@ -14,6 +14,7 @@ Registers tier_inflow[(regime, s, k, τ, t)] += x.
 from __future__ import annotations
 
 from formulations.linear import Param
+from optimizer.units import SECONDS_PER_HOUR
 
 
 def add_to(build) -> None:
@@ -31,6 +32,7 @@ def add_to(build) -> None:
     lp.param("penalty_usd_per_request", {(k,): v for k, v in inst.penalty_usd_per_request.items()})
     lp.param("egress_usd_per_request", {(k,): v for k, v in inst.egress_usd_per_request.items()})
     route = lp.add_cols("route", arc_index)
+    rtt = {(a.metro, a.site): a.rtt_ms for st in inst.states for a in inst.arcs_in(st)}
     unserved = lp.add_cols("unserved", demand_index)
     arcs_of: dict = {}
     for key, col in route.items():
@@ -39,12 +41,15 @@ def add_to(build) -> None:
         terms.tier_inflow[(inst.states[sid].regime, site, k, tier, sid)].append((col, 1.0))
         hours = inst.states[sid].weight_hours
         if hours > 0:
-            terms.add_cost("egress", col, Param("egress_usd_per_request", (k,), 3600.0 * hours))
+            terms.add_cost("egress", col, Param("egress_usd_per_request", (k,), SECONDS_PER_HOUR * hours))
+        if build.operating is not None:
+            terms.add_cost("tie_break", col, build.operating.tie_break_usd_per_gpu_hour * rtt[(metro, site)] / 1e3)
     for key, col in unserved.items():
         m, k, sid = key
         demand = Param("demand_rps", key)
         lp.add_row("demand_balance", key, arcs_of.get((m, k, sid), []) + [(col, 1.0)], demand, demand)
-        terms.add_cost("unserved", col, Param("penalty_usd_per_request", (k,), 3600.0 * inst.states[sid].penalty_hours))
+        terms.add_cost("unserved", col, Param("penalty_usd_per_request", (k,),
+                                              SECONDS_PER_HOUR * inst.states[sid].penalty_hours))
 
 
 def refresh(lp, inst) -> list:

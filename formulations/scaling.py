@@ -22,7 +22,7 @@ def add_to(build) -> None:
     nominal = {st.slice: st.id for st in inst.states if st.lost_site is None}
     prev = {}
     for _, group in inst.slices.groupby(["period", "day_type"], sort=False):
-        order = group.sort_values("hour").index.tolist()
+        order = [t for t in group.sort_values("hour").index if t in nominal]  # a view may hold fewer states
         for i, t in enumerate(order):
             prev[nominal[t]] = nominal[order[i - 1]]
     ondemand = lp.cols["ondemand"]

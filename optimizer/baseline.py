@@ -87,8 +87,8 @@ def baseline(inst: Instance) -> Baseline | None:
             if plan is None:
                 continue
             nodes = plan[0]
-            cost = sum(n * min(inst.contracts[(s, g)].committed.values(), default=inst.contracts[(s, g)].ondemand)
-                       for s, n in nodes.items())
+            cost = sum(n * min((c.rate + c.energy for c in inst.contracts[(s, g)].committed.values()),
+                               default=inst.contracts[(s, g)].ondemand) for s, n in nodes.items())
             if best is None or cost < best[0]:
                 best = (cost, g, plan)
         if best is None:
@@ -109,7 +109,7 @@ def _solution_of(inst: Instance, g: str, nodes: dict, flows: dict, replicas: dic
     for s, n in nodes.items():
         terms = inst.contracts[(s, g)].committed
         if terms:
-            committed[(s, g, min(sorted(terms), key=lambda t: terms[t]))] = n
+            committed[(s, g, min(sorted(terms), key=lambda t: terms[t].rate + terms[t].energy))] = n
         else:  # nothing can be reserved: rent the peak on demand every hour
             for st in inst.states:
                 if st.lost_site is None:

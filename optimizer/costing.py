@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from optimizer.contracts import COST_COLUMNS, TERMS
 from optimizer.instance import Instance, replicas_for
 from optimizer.rebalance import rebalance
-
-HOURS_PER_YEAR = 8760.0
+from optimizer.units import HOURS_PER_YEAR, SECONDS_PER_HOUR
 
 
 @dataclass
@@ -115,7 +115,7 @@ def commit(inst: Instance, need: dict[tuple[str, str, int], int]):
         if top == 0:
             continue
         contract = inst.contracts[(s, g)]
-        terms = {t: r + (contract.owned_energy if t == "owned" else 0.0) for t, r in contract.committed.items()}
+        terms = {t: price.rate + price.energy for t, price in contract.committed.items()}
         term = min(sorted(terms), key=lambda t: terms[t]) if terms else None
         cap_c = inst.committed_max[(s, g)] if term else 0
         cap_o = inst.ondemand_max[(s, g)]
@@ -195,31 +195,29 @@ def procurement_table(inst: Instance, sol: Solution) -> pd.DataFrame:
     for s, g in inst.site_gpus:
         contract = inst.contracts[(s, g)]
         row = {"site": s, "gpu": g}
-        for term in ("reserved-1y", "reserved-3y", "owned"):
-            row[f"{term.replace('-', '_')}_nodes"] = sol.committed.get((s, g, term), 0)
-        row["reserved_nodes"] = row["reserved_1y_nodes"] + row["reserved_3y_nodes"] + row["owned_nodes"]
+        for term in TERMS:
+            row[term.nodes_column] = sol.committed.get((s, g, term.id), 0)
+        row["reserved_nodes"] = sum(row[term.nodes_column] for term in TERMS)  # every committed node
         od_hours = sum(weight[sid] * n for (ss, gg, sid), n in sol.ondemand.items() if (ss, gg) == (s, g))
         ramp_hours = sum(weight[sid] * inst.cold_start_hours * n for (ss, gg, sid), n in ramps.items() if (ss, gg) == (s, g))
         peak_od = max((n for (ss, gg, sid), n in sol.ondemand.items() if (ss, gg) == (s, g) and weight[sid] > 0), default=0)
-        row.update(
-            ondemand_nodes_peak=peak_od,
-            ondemand_node_hours=od_hours,
-            ramp_node_hours=ramp_hours,
-            cost_reserved_usd=HOURS_PER_YEAR * sum(
-                contract.committed[t] * sol.committed.get((s, g, t), 0) for t in contract.committed if t != "owned"),
-            cost_owned_usd=HOURS_PER_YEAR * contract.committed.get("owned", 0.0) * sol.committed.get((s, g, "owned"), 0),
-            cost_energy_usd=HOURS_PER_YEAR * contract.owned_energy * sol.committed.get((s, g, "owned"), 0),
-            cost_ondemand_usd=contract.ondemand * od_hours,
-            cost_ramp_usd=contract.ondemand * ramp_hours,
-        )
-        row["cost_usd"] = sum(row[c] for c in ("cost_reserved_usd", "cost_owned_usd", "cost_energy_usd", "cost_ondemand_usd", "cost_ramp_usd"))
+        row.update(ondemand_nodes_peak=peak_od, ondemand_node_hours=od_hours, ramp_node_hours=ramp_hours)
+        cost = dict.fromkeys(COST_COLUMNS, 0.0)
+        for term, price in contract.committed.items():
+            nodes = sol.committed.get((s, g, term), 0)
+            cost[price.category] += HOURS_PER_YEAR * price.rate * nodes
+            cost["energy"] += HOURS_PER_YEAR * price.energy * nodes
+        cost["ondemand"] = contract.ondemand * od_hours
+        cost["ramp"] = contract.ondemand * ramp_hours
+        row.update({COST_COLUMNS[category]: usd for category, usd in cost.items()})
+        row["cost_usd"] = sum(cost.values())
         if row["reserved_nodes"] or od_hours:
             rows.append(row)
-    egress = sum(3600.0 * weight[key[4]] * inst.egress_usd_per_request[key[2]] * x for key, x in sol.routes.items())
+    egress = sum(SECONDS_PER_HOUR * weight[key[4]] * inst.egress_usd_per_request[key[2]] * x for key, x in sol.routes.items())
     rows.append({"site": "*", "gpu": "egress", "cost_usd": egress})
     return pd.DataFrame(rows).fillna(0)
 
 
 def unserved_penalty_usd(inst: Instance, sol: Solution) -> float:
     hours = {st.id: st.penalty_hours for st in inst.states}
-    return sum(3600.0 * hours[sid] * inst.penalty_usd_per_request[k] * u for (_, k, sid), u in sol.unserved.items())
+    return sum(SECONDS_PER_HOUR * hours[sid] * inst.penalty_usd_per_request[k] * u for (_, k, sid), u in sol.unserved.items())

@@ -23,20 +23,22 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 
 from optimizer.budget import first_token_ms
 from optimizer.configs import ServingConfig, kv_bytes_per_token, workload_configs
+from optimizer.contracts import TERMS
 from optimizer.curves.economics import owned_usd_per_node_hour
 from optimizer.curves.queueing import capacity_table, servers_needed, slo_capacity_rps
 from optimizer.curves.transfer import kv_transfer_time_s
 from optimizer.demand import build_demand, build_slices
 from optimizer.scenario import Scenario
+from optimizer.units import Regime, Role
 
-NOMINAL, RELAXED = "nominal", "relaxed"
+NOMINAL, RELAXED = Regime.NOMINAL, Regime.RELAXED
 REFERENCE_POOL_REPLICAS = 16  # pool size at which configs are compared per GPU
 TRANSFER_SHARE_OF_TTFT = 0.1  # a replica whose own NIC needs more than this share of TTFT is not disaggregated
 
@@ -90,12 +92,20 @@ class Pool:
 
 
 @dataclass(frozen=True)
+class CommittedPrice:
+    """What one committed node of a term costs per hour of the year, and where it is booked."""
+
+    rate: float  # $/node-hour, paid for every hour of the year
+    energy: float  # $/node-hour of energy the rate leaves out (0 where it is included)
+    category: str  # cost category (`optimizer.contracts`)
+
+
+@dataclass(frozen=True)
 class Contract:
     """Prices of one (site, accelerator) in $ per node-hour."""
 
     ondemand: float
-    committed: dict[str, float]  # term → $ per node-hour, paid for every hour of the year
-    owned_energy: float  # owned nodes also pay energy (not in the price) per node-hour
+    committed: dict[str, CommittedPrice]  # term id → its price
 
 
 @dataclass
@@ -380,22 +390,37 @@ RESILIENCE_PENALTY_HOURS = 1000.0  # unserved demand in a site-loss state costs 
 
 
 def _contract(s: Scenario, site: str, g: str) -> Contract:
+    """The terms the policy allows, priced (`optimizer.contracts.TERMS`): a reserved term at its
+    $/GPU-hour × GPUs per node × the site's price multiplier; owned nodes at their TCO."""
     a, price, where = s.accelerators[g], s.prices[g], s.sites[site]
     per_node = a.gpus_per_node * where.price_multiplier
     committed = {}
-    for term in s.policy.reserved_terms:
-        rate = price.reserved_1y_usd_per_gpu_hour if term == "1y" else price.reserved_3y_usd_per_gpu_hour
-        if rate is not None:
-            committed[f"reserved-{term}"] = rate * per_node
-    owned_energy = 0.0
-    if s.policy.allow_owned and g in s.owned:
-        terms = owned_usd_per_node_hour(
-            s.owned[g].capex_usd_per_node, s.owned[g].life_years, a.node_kw, where.pue,
-            where.energy_usd_per_mwh, where.colo_usd_per_kw_month,
-        )
-        committed["owned"] = terms["capital"] + terms["colo"]
-        owned_energy = terms["energy"]
-    return Contract(price.ondemand_usd_per_gpu_hour * per_node, committed, owned_energy)
+    for term in TERMS:
+        if term.price_column is not None:
+            rate = getattr(price, term.price_column)
+            if term.policy_key in s.policy.reserved_terms and rate is not None:
+                committed[term.id] = CommittedPrice(rate * per_node, 0.0, term.category)
+        elif s.policy.allow_owned and g in s.owned:
+            tco = owned_usd_per_node_hour(s.owned[g].capex_usd_per_node, s.owned[g].life_years, a.node_kw, where.pue,
+                                          where.energy_usd_per_mwh, where.colo_usd_per_kw_month)
+            committed[term.id] = CommittedPrice(tco["capital"] + tco["colo"], tco["energy"], term.category)
+    return Contract(price.ondemand_usd_per_gpu_hour * per_node, committed)
+
+
+def operating_view(inst: Instance, open_pools) -> Instance:
+    """The instance as one hour of operation on a fixed plan: a single nominal state (the
+    peak slice's, weighing one hour), every (metro, workload) that has demand in any slice
+    (at its largest rate, so that each gets its demand row; the hour's own rates are set per
+    solve), and only the arcs into tiers where one of ``open_pools`` takes requests. The
+    formulation of the plan, built on this view with `formulations.Operating`, is the
+    program that operates a commitment."""
+    st = State(0, inst.peak_slice, NOMINAL, None, 1.0, 1.0)
+    demand: dict = {}
+    for (m, k, _), lam in inst.demand.items():
+        demand[(m, k, inst.peak_slice)] = max(demand.get((m, k, inst.peak_slice), 0.0), lam)
+    entry = {(p.site, p.workload, p.tier) for p in inst.pools_in(st) if p.id in open_pools and p.role != Role.DECODE}
+    arcs = [a for a in inst.arcs[NOMINAL] if (a.site, a.workload, a.tier) in entry]
+    return replace(inst, states=[st], demand=demand, arcs={NOMINAL: arcs})
 
 
 def reach(inst: Instance) -> dict[tuple[int, int], float]:

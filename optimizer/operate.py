@@ -13,21 +13,16 @@ Demand     λ[m,k,h] = λ_slice[m,k,slice(d,h)] · (1 + g)^(pos(d) − ½) · ε
            g the growth per period (modelled demand only), pos(d) ∈ (0,1) the day's position
            in its period (the plan sees the middle), ε[d,k] = exp(σ z − σ²/2), z ~ N(0,1)
            per (day, workload): day-to-day variation with mean 1 (σ = 0: none).
-Each hour  a linear program (the commitment c[s,g] fixed; one per hour, warm-started from
-           the previous hour, only the demand changes):
-             min Σ on-demand $/node-h · o[s,g] + Σ egress · x + Σ penalty · u + ε · GPUs
-             Σ_a x[a] + u[m,k] = λ[m,k,h];  tier and decode balances as in the plan;
-             Σ_{p on (s,g)} GPUs_p · peak-to-mean · y[p] / κ_p ≤ GPUs/node · (c + (1 − φ) o)
-             o ≤ on-demand cap;  kW · PUE · (c + o) ≤ MW
-           (κ_p = f(n̂)/n̂, a pool's requests/s per replica at its largest planned size); its
+Each hour  the plan's own linear program (`formulations`) on a one-hour view of the instance,
+           the commitment fixed and costing nothing more, only the plan's pools open, each
+           priced at κ of its largest planned size (`optimizer.solve.operating`); one program
+           for the year, warm-started from the hour before, only the demand changes. Its
            flows are then made whole: replicas n = min{n : f(n) ≥ peak-to-mean · y} (and the
            decode slots), nodes o = ⌈max(0, GPUs/GPUs-per-node − c) / (1 − φ)⌉ capped at the
            on-demand cap; GPUs beyond the cap are reported short, never hidden.
 Cost       commitment (as planned) + Σ_h on-demand $/node-h · o + ramps (rises of o within
            the year × cold-start hours × rate) + egress; the unserved penalty is reported apart.
-One process runs the hours in order: each re-solve starts from the previous hour's basis
-and takes a fraction of a millisecond on the reference scenario, so parallel blocks would
-cost more in start-up than they save.
+One process runs the hours in order (see `optimizer.solve.operating`).
 """
 
 from __future__ import annotations
@@ -37,21 +32,19 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import highspy
 import numpy as np
 import pandas as pd
 
-from formulations.linear import LinearProgram
-from optimizer.backends import HighsDirect
-from optimizer.costing import Solution, procurement_table, repair
+from optimizer.contracts import COMMITTED_CATEGORIES, COST_COLUMNS
+from optimizer.costing import Solution, procurement_table
 from optimizer.curves.queueing import servers_needed_many
-from optimizer.errors import ScenarioError
-from optimizer.instance import Instance, Pool, build_instance, kappa
+from optimizer.errors import Origin, ScenarioError
+from optimizer.instance import Instance, Pool, build_instance
 from optimizer.network import build_graph, rtt_matrix
 from optimizer.outputs import write_csv, write_text_atomic
 from optimizer.scenario import Scenario
-
-TIE_BREAK_USD_PER_GPU_HOUR = 1e-4
+from optimizer.solve.operating import OperatingProgram, committed_nodes, largest_sizes
+from optimizer.units import HOURS_PER_YEAR, SECONDS_PER_HOUR, Role
 
 
 @dataclass
@@ -113,7 +106,7 @@ class Commitment:
 
     @classmethod
     def of_solution(cls, inst: Instance, sol: Solution) -> "Commitment":
-        return cls(*_nodes_and_sizes(sol), *_costs(procurement_table(inst, sol)))
+        return cls(committed_nodes(sol), largest_sizes(sol), *_costs(procurement_table(inst, sol)))
 
     @classmethod
     def of_plan(cls, inst: Instance, tables: dict[str, pd.DataFrame]) -> "Commitment":
@@ -128,149 +121,30 @@ class Commitment:
         for r in pools.itertuples():
             key = (r.role, r.site, r.workload, int(r.tier), r.gpu, r.config, int(r.speed))
             if key not in pid:
-                raise ScenarioError(f"pools.csv: a {r.role} pool of {r.workload} at {r.site} ({r.config}) is not in the "
-                                    "plan's scenario — was the folder edited?", field="pools.csv")
+                raise ScenarioError(f"a {r.role} pool of {r.workload} at {r.site} ({r.config}) is not in the plan's "
+                                    "scenario — was the folder edited?", Origin("pools.csv"), field="config")
             sizes[pid[key]] = max(sizes.get(pid[key], 0), int(r.replicas))
         return cls(nodes, sizes, *_costs(proc))
 
 
-def _nodes_and_sizes(sol: Solution) -> tuple[dict[tuple[str, str], int], dict[int, int]]:
-    """Committed nodes per (site, accelerator) and the largest size of each pool."""
-    nodes: dict = {}
-    for (s, g, _), n in sol.committed.items():
-        nodes[(s, g)] = nodes.get((s, g), 0) + n
-    sizes: dict = {}
-    for (pid, _), n in sol.replicas.items():
-        sizes[pid] = max(sizes.get(pid, 0), n)
-    return nodes, sizes
-
-
-def demand_keys(inst: Instance) -> list[tuple[str, str]]:
-    return sorted({(m, k) for m, k, _ in inst.demand})
-
-
 def _costs(proc: pd.DataFrame) -> tuple[float, float]:
-    committed = float(proc[["cost_reserved_usd", "cost_owned_usd", "cost_energy_usd"]].fillna(0).sum().sum())
+    """(what the commitment costs a year, the plan's total cost)."""
+    columns = [COST_COLUMNS[c] for c in COMMITTED_CATEGORIES]
+    committed = float(proc[columns].fillna(0).sum().sum())
     return committed, float(proc["cost_usd"].sum())
 
 
-def hour_program(inst: Instance, committed: dict[tuple[str, str], int], largest: dict[int, int],
-                 keys: list[tuple[str, str]]) -> LinearProgram:
-    """The hourly program on the committed nodes and the pools of ``largest`` (pool id →
-    largest planned size), demand rows at zero."""
-    lp = LinearProgram()
-    st = next(st for st in inst.states if st.slice == inst.peak_slice and st.lost_site is None)
-    pools = [p for p in inst.pools_in(st) if largest.get(p.id, 0) > 0]
-    entry = {(p.site, p.workload, p.tier) for p in pools if p.role != "decode"}
-    wanted = set(keys)
-    arcs = [a for a in inst.arcs_in(st) if (a.site, a.workload, a.tier) in entry and (a.metro, a.workload) in wanted]
-    route = lp.add_cols("route", [(a.metro, a.site, a.workload, a.tier) for a in arcs])
-    unserved = lp.add_cols("unserved", keys)
-    by_demand: dict = {}
-    tier_in: dict = {}
-    for key, col in route.items():
-        m, s, k, tier = key
-        by_demand.setdefault((m, k), []).append((col, 1.0))
-        tier_in.setdefault((s, k, tier), []).append((col, 1.0))
-        lp.add_cost(col, 3600.0 * inst.egress_usd_per_request[k])
-    for key, col in unserved.items():
-        lp.add_row("demand", key, by_demand.get(key, []) + [(col, 1.0)], 0.0, 0.0)
-        lp.add_cost(col, 3600.0 * inst.penalty_usd_per_request[key[1]])
-    flow = lp.add_cols("flow", [p.id for p in pools])
-    tier_out: dict = {}
-    decode_in: dict = {}
-    decode_out: dict = {}
-    gpu_load: dict = {}
-    for p in pools:
-        y = flow[p.id]
-        gpus_per_rps = p.gpus * p.peak_to_mean / kappa(p, largest[p.id])
-        gpu_load.setdefault((p.site, p.gpu), []).append((y, gpus_per_rps))
-        lp.add_cost(y, TIE_BREAK_USD_PER_GPU_HOUR * gpus_per_rps)
-        if p.role == "decode":
-            decode_out.setdefault((p.site, p.workload, p.speed), []).append((y, 1.0))
-        else:
-            tier_out.setdefault((p.site, p.workload, p.tier), []).append((y, 1.0))
-            if p.role == "prefill":
-                decode_in.setdefault((p.site, p.workload, p.speed), []).append((y, 1.0))
-    for key in sorted(set(tier_in) | set(tier_out)):
-        lp.add_row("tier", key, tier_in.get(key, []) + [(c, -v) for c, v in tier_out.get(key, [])], 0.0, 0.0)
-    for key in sorted(set(decode_in) | set(decode_out)):
-        lp.add_row("decode", key, decode_in.get(key, []) + [(c, -v) for c, v in decode_out.get(key, [])], 0.0, 0.0)
-    cap = {key: float(inst.ondemand_max[key] if inst.allow_ondemand else 0) for key in inst.site_gpus}
-    ondemand = lp.add_cols("ondemand", inst.site_gpus, upper=lambda key: cap[key])
-    for key, col in ondemand.items():
-        lp.add_cost(col, inst.contracts[key].ondemand)
-        per_node = float(inst.gpus_per_node[key[1]])
-        lp.add_row("gpus", key, gpu_load.get(key, []) + [(col, -per_node * (1 - inst.warm_fraction))],
-                   upper=per_node * committed.get(key, 0))
-    for s in inst.sites:
-        kw = {g: inst.node_kw[g] * inst.pue[s] for ss, g in inst.site_gpus if ss == s}
-        if kw:
-            lp.add_row("power", s, [(ondemand[(s, g)], v) for g, v in kw.items()],
-                       upper=inst.power_kw[s] - sum(v * committed.get((s, g), 0) for g, v in kw.items()))
-    return lp
-
-
-class _HourSolver:
-    """One hourly program in HiGHS; each `solve` changes only the demand rows and starts from
-    the last basis. (Threads are left as the process set them: HiGHS refuses a change once it
-    has run.)"""
-
-    def __init__(self, lp: LinearProgram, keys: list[tuple[str, str]]):
-        self.lp = lp
-        self.highs = HighsDirect(lp).highs
-        self.rows = np.array([lp.rows["demand"][key] for key in keys], dtype=np.int32)
-
-    def solve(self, demand_rps: np.ndarray) -> tuple[np.ndarray, bool]:
-        """(solution vector, optimal?) for one hour's demand per key."""
-        h = self.highs
-        h.changeRowsBounds(len(self.rows), self.rows, demand_rps, demand_rps)
-        h.run()
-        return np.asarray(h.getSolution().col_value), h.getModelStatus() == highspy.HighsModelStatus.kOptimal
-
-
-def _run_hours(inst: Instance, commitment: Commitment, keys: list, lam: np.ndarray) -> dict:
-    """Solve the hours in order; returns per-hour flows, egress and unserved."""
-    solver = _HourSolver(hour_program(inst, commitment.nodes, commitment.pool_sizes, keys), keys)
-    lp = solver.lp
-    flow_cols = np.array(list(lp.cols["flow"].values()), dtype=np.int64)
-    unserved_cols = np.array([lp.cols["unserved"][key] for key in keys], dtype=np.int64)
-    route_cols = np.array(list(lp.cols["route"].values()), dtype=np.int64)
-    egress = np.array([3600.0 * inst.egress_usd_per_request[key[2]] for key in lp.cols["route"]])
-    out = {"flows": np.zeros((len(lam), len(flow_cols))), "unserved": np.zeros((len(lam), len(keys))),
+def _run_hours(lam: np.ndarray, program: OperatingProgram) -> dict:
+    """Solve the hours in order; returns per-hour flows (by ``program.pools``), egress and unserved."""
+    out = {"flows": np.zeros((len(lam), len(program.flow_cols))), "unserved": np.zeros((len(lam), len(program.keys))),
            "egress_usd": np.zeros(len(lam)), "status": []}
     for i, values in enumerate(lam):
-        x, optimal = solver.solve(values)
+        x, optimal = program.solve(values)
         out["status"].append(optimal)
-        out["flows"][i] = np.maximum(x[flow_cols], 0.0)
-        out["unserved"][i] = np.maximum(x[unserved_cols], 0.0)
-        out["egress_usd"][i] = float(egress @ np.maximum(x[route_cols], 0.0))
-    out["pools"] = list(lp.cols["flow"])
+        out["flows"][i] = np.maximum(x[program.flow_cols], 0.0)
+        out["unserved"][i] = np.maximum(x[program.unserved_cols], 0.0)
+        out["egress_usd"][i] = float(program.egress_usd @ np.maximum(x[program.route_cols], 0.0))
     return out
-
-
-def reoperate_slices(inst: Instance, sol: Solution, closed: frozenset[int] = frozenset()) -> Solution | None:
-    """The plan's own slices operated again on its commitment and pools, then made whole and
-    re-committed (`costing.repair`): in the hourly program committed GPUs cost nothing, so
-    each slice fills them before it rents, which the master problem's linear prices cannot
-    see. The solve loop runs it as a descent after the master problem. None where the hourly
-    program does not apply (site-loss states, more than one regime) or a slice fails."""
-    if any(st.lost_site is not None or st.regime != inst.states[0].regime for st in inst.states):
-        return None
-    keys = demand_keys(inst)
-    nodes, sizes = _nodes_and_sizes(sol)
-    solver = _HourSolver(hour_program(inst, nodes, {pid: n for pid, n in sizes.items() if pid not in closed}, keys),
-                         keys)
-    flows, routes, unserved = {}, {}, {}
-    for st in inst.states:
-        x, optimal = solver.solve(np.array([inst.demand.get((m, k, st.slice), 0.0) for m, k in keys]))
-        if not optimal:
-            return None
-        for block, out in (("flow", flows), ("route", routes), ("unserved", unserved)):
-            for key, col in solver.lp.cols[block].items():
-                if x[col] > 1e-9:
-                    out[(*key, st.id) if isinstance(key, tuple) else (key, st.id)] = float(x[col])
-    return repair(inst, flows, routes, unserved)
 
 
 def _whole_replicas(p: Pool, load: np.ndarray) -> np.ndarray:
@@ -278,7 +152,7 @@ def _whole_replicas(p: Pool, load: np.ndarray) -> np.ndarray:
     n = np.zeros(len(load), dtype=np.int64)
     if p.table is not None:
         n = servers_needed_many(load, p.table)
-    if p.role in ("decode", "colocated"):
+    if p.role in (Role.DECODE, Role.COLOCATED):
         n = np.maximum(n, np.ceil(load / p.decode_rps - 1e-9).astype(np.int64))
     return np.where(load > 1e-12, n, 0)
 
@@ -289,19 +163,19 @@ def operate_year(s: Scenario, inst: Instance, commitment: Commitment, *, noise_s
     say = progress or (lambda msg: None)
     start = time.perf_counter()
     cal = calendar(s, inst)
-    keys = demand_keys(inst)
-    lam = hourly_demand(s, inst, cal, keys, noise_sigma, seed)
+    program = OperatingProgram(inst, commitment.nodes, commitment.pool_sizes)
+    lam = hourly_demand(s, inst, cal, program.keys, noise_sigma, seed)
     say(f"operating {len(cal):,} hours on the plan's commitment")
-    run = _run_hours(inst, commitment, keys, lam)
+    run = _run_hours(lam, program)
     solve_s = time.perf_counter() - start
-    pools = [inst.pools[pid] for pid in run["pools"]]
+    pools = [inst.pools[pid] for pid in program.pools]
     flows, unserved = run["flows"], run["unserved"]
     gpus = {key: np.zeros(len(cal)) for key in inst.site_gpus}
     for j, p in enumerate(pools):
         gpus[(p.site, p.gpu)] += p.gpus * _whole_replicas(p, p.peak_to_mean * flows[:, j])
     hours, sites = _cost_hours(inst, commitment, cal, gpus)
     hours["demand_rps"] = lam.sum(axis=1)
-    hours["served_rps"] = flows[:, [j for j, p in enumerate(pools) if p.role != "decode"]].sum(axis=1)
+    hours["served_rps"] = flows[:, [j for j, p in enumerate(pools) if p.role != Role.DECODE]].sum(axis=1)
     hours["unserved_rps"] = unserved.sum(axis=1)
     hours["egress_usd"] = run["egress_usd"]
     hours["solved"] = run["status"]
@@ -340,7 +214,7 @@ def _cost_hours(inst: Instance, commitment: Commitment, cal: pd.DataFrame, gpus:
         if c or o.any():
             rows.append({"site": s, "gpu": g, "committed_nodes": c, "ondemand_nodes_peak": int(o.max()),
                          "ondemand_cap": cap, "ondemand_node_hours": int(o.sum()), "hours_at_cap": int((wanted >= cap).sum() if cap else 0),
-                         "gpus_busy_peak": int(need.max()), "gpu_utilisation": float(need.sum() / max((c * 8760 + o.sum()) * per_node, 1)),
+                         "gpus_busy_peak": int(need.max()), "gpu_utilisation": float(need.sum() / max((c * HOURS_PER_YEAR + o.sum()) * per_node, 1)),
                          "ondemand_usd": float(rate * o.sum()), "ramp_usd": float(rate * inst.cold_start_hours * rises.sum()),
                          "hours_short": int((short > 0).sum())})
     power = np.array([inst.power_kw[s] for s in inst.sites])
@@ -355,7 +229,7 @@ def _summary(commitment: Commitment, hours, lam, unserved, sigma, seed, solve_s,
     egress = float(hours["egress_usd"].sum())
     total = committed_usd + ondemand + ramp + egress
     planned = commitment.planned_total_usd
-    requests = float(lam.sum()) * 3600.0
+    requests = float(lam.sum()) * SECONDS_PER_HOUR
     return {
         "hours": int(len(hours)), "noise_sigma": sigma, "seed": seed,
         "solve_seconds": solve_s, "wall_seconds": wall_s,
@@ -363,7 +237,7 @@ def _summary(commitment: Commitment, hours, lam, unserved, sigma, seed, solve_s,
         "committed_usd": committed_usd, "ondemand_usd": ondemand, "ramp_usd": ramp, "egress_usd": egress,
         "total_cost_usd": total, "planned_total_cost_usd": planned,
         "cost_vs_plan": total / planned - 1 if planned else 0.0,
-        "unserved_fraction": float(unserved.sum()) * 3600.0 / requests if requests else 0.0,
+        "unserved_fraction": float(unserved.sum()) * SECONDS_PER_HOUR / requests if requests else 0.0,
         "hours_with_unserved": int((hours["unserved_rps"] > 1e-6).sum()),
         "hours_short_of_gpus": int((hours["gpus_short"] > 0).sum()),
         "hours_over_power": int((hours["sites_over_power"] > 0).sum()),

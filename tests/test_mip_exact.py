@@ -64,7 +64,8 @@ def brute_force(inst) -> float:
     top_nodes = [max(o[0][i] for opts in options.values() for o in opts) for i in range(len(pairs))]
     best = math.inf
     for committed in itertools.product(*(range(t + 1) for t in top_nodes)):
-        cost = sum(c * min(inst.contracts[pair].committed.values()) * 8760 for c, pair in zip(committed, pairs))
+        cost = sum(c * min(p.rate + p.energy for p in inst.contracts[pair].committed.values()) * 8760
+                   for c, pair in zip(committed, pairs))
         for st in inst.states:
             h = st.weight_hours
             cost += min(

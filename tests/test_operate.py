@@ -7,16 +7,23 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from small import SMALL
 
 from optimizer.cli import main
 from optimizer.demand import build_slices
 from optimizer.instance import build_instance
 from optimizer.network import build_graph, rtt_matrix
-from optimizer.operate import Commitment, calendar, hourly_demand, operate_plan, operate_year, reoperate_slices
+from optimizer.operate import (
+    Commitment,
+    calendar,
+    hourly_demand,
+    operate_plan,
+    operate_year,
+)
 from optimizer.plan import make_plan, settings_from, write_plan
 from optimizer.scenario import DATA_DIR, load_scenario
 from optimizer.solve import plan_cost, solve
-from small import SMALL
+from optimizer.solve.operating import reoperate_slices
 
 US_EAST = DATA_DIR / "scenarios" / "us-east.yaml"
 

@@ -1,0 +1,50 @@
+"""Procurement contracts as one table: every committed term, what its price is, whether
+energy is in it, and the cost category its dollars land in. The instance prices them, the MIP
+buys them, costing, operations, the report and comparisons read their columns — all from
+here, so that a new term (say a 6-month reservation) is one row below and one price column
+in the catalogue (`prices.csv`), nothing else.
+
+On-demand nodes are not a committed term: they are rented per hour at the on-demand price.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Term:
+    id: str  # as plan tables name it ("reserved-1y")
+    label: str  # as a person reads it
+    policy_key: str  # as `policy.reserved_terms` lists it ("1y"); "owned" follows `policy.allow_owned`
+    price_column: str | None  # prices.csv column in $/GPU-hour; None: priced by its TCO (capex, energy, colo)
+    energy_included: bool  # cloud prices include energy; owned nodes pay it apart (at full power)
+    category: str  # the cost category (and procurement column cost_<category>_usd) its rent lands in
+
+    @property
+    def nodes_column(self) -> str:
+        return f"{self.id.replace('-', '_')}_nodes"
+
+
+TERMS: tuple[Term, ...] = (
+    Term("reserved-1y", "reserved, 1 year", "1y", "reserved_1y_usd_per_gpu_hour", True, "reserved"),
+    Term("reserved-3y", "reserved, 3 years", "3y", "reserved_3y_usd_per_gpu_hour", True, "reserved"),
+    Term("owned", "owned", "owned", None, False, "owned"),
+)
+TERM = {t.id: t for t in TERMS}
+RESERVED_POLICY_KEYS = tuple(t.policy_key for t in TERMS if t.price_column)
+
+# Cost categories of a plan: committed terms, the energy of terms that do not include it, the
+# hourly lines, and the unserved-demand penalty (reported apart: the fleet does not pay it).
+# Each has its column in procurement.csv (egress has a row of its own instead).
+COST_COLUMNS = {
+    "reserved": "cost_reserved_usd",
+    "owned": "cost_owned_usd",
+    "energy": "cost_energy_usd",
+    "ondemand": "cost_ondemand_usd",
+    "ramp": "cost_ramp_usd",
+}
+COST_LABELS = {"reserved": "reserved", "owned": "owned", "energy": "energy (owned)", "ondemand": "on-demand",
+               "ramp": "cold starts", "egress": "egress"}
+COMMITTED_CATEGORIES = tuple(dict.fromkeys([t.category for t in TERMS] + ["energy"]))  # paid every hour of the year
+COST_CATEGORIES = (*COST_COLUMNS, "egress", "unserved", "tie_break")

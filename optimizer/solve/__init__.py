@@ -1,0 +1,70 @@
+"""Build the MIP, hand it to HiGHS, and turn what comes back into a whole plan.
+
+Default mode (README "Modelling choices"): a master linear program with continuous replicas,
+each pool priced at a per-replica capacity (`pricing`), solved as a short sequence of named
+steps (`steps`: bound → dominant pools → descend → re-operate → consolidate), each taking and
+returning the best whole plan. The gap compares the kept plan with the bound solve's optimum.
+Exact mode (`exact`) makes replicas integer with f exact on the integers, for small
+instances and checks; it is chosen automatically where the exact model is small.
+
+The program is built as arrays (`formulations`) and handed to HiGHS by a backend
+(`optimizer.backends`); the model and every change to it live in a `ModelCache`, which a
+sweep reuses between runs of the same structure. Every solve runs under a hard wall-clock
+guard.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from optimizer.errors import InfeasibleError
+from optimizer.instance import Instance
+from optimizer.solve.cache import ModelCache
+from optimizer.solve.exact import solve_exact
+from optimizer.solve.pricing import at_sizes, plan_cost, pool_sizes
+from optimizer.solve.settings import Candidate, SolveResult, SolverSettings, SolveStep
+from optimizer.solve.steps import STEP_FUNCTIONS, Context
+
+AUTO_EXACT_BINARIES = 3000
+
+__all__ = ["AUTO_EXACT_BINARIES", "Candidate", "ModelCache", "SolveResult", "SolveStep", "SolverSettings", "plan_cost",
+           "pool_sizes", "solve"]
+
+
+def solve(inst: Instance, settings: SolverSettings, progress=None, cache: ModelCache | None = None) -> SolveResult:
+    """Solve ``inst``: exact mode in one MIP; default mode as its named steps. Pass a
+    `ModelCache` to reuse a program across runs of the same structure (sweeps)."""
+    say = progress or (lambda msg: None)
+    largest, guess = pool_sizes(inst)
+    if settings.exact is None:
+        binaries = sum(n for key, n in largest.items() if inst.pools[key[0]].table is not None)
+        settings = replace(settings, exact=binaries <= AUTO_EXACT_BINARIES)
+    cache = cache or ModelCache()
+    build_s, handoff_s = cache.prepare(inst, settings.exact, at_sizes(inst, guess), largest, settings.backend)
+    size = cache.size
+    say(f"model: {size['variables']:,} variables ({size['integers']:,} integer), {size['rows']:,} rows, "
+        f"{size['nonzeros']:,} nonzeros; " + (f"build {build_s:.1f} s, hand-off {handoff_s:.1f} s ({settings.backend})"
+                                             if build_s else f"reused, coefficients refreshed in {handoff_s:.1f} s"))
+    start = time.perf_counter()
+    deadline = start + settings.time_limit_s
+    if settings.exact:
+        log: list[SolveStep] = []
+        best, bound, status = solve_exact(inst, cache, settings, deadline, log)
+    else:
+        ctx = Context(inst, cache, settings, deadline, say, largest, guess)
+        best = None
+        for name in settings.steps:
+            best = STEP_FUNCTIONS[name](ctx, best)
+        if best is None:
+            if ctx.last_fit is None:
+                raise InfeasibleError("no plan was made: the steps run do not include a master solve")
+            raise InfeasibleError("no whole plan fits the sites' supply caps and megawatts: "
+                                  + "; ".join(ctx.last_fit.solution.violations[:5]))
+        log, bound = ctx.log, ctx.bound_usd if ctx.bound_usd is not None else 0.0
+        status = "time_limit" if ctx.timed_out else "optimal"
+    gap = max(0.0, (best.cost_usd - bound) / best.cost_usd) if best.cost_usd > 0 else 0.0
+    if status == "optimal" and not settings.exact:
+        status = "optimal" if gap <= settings.mip_gap + 1e-9 else "gap_above_target"
+    return SolveResult(status, best.solution, best.cost_usd, bound, gap, build_s, handoff_s,
+                       time.perf_counter() - start, log, size, settings.exact)

@@ -1,0 +1,92 @@
+"""The master program in its backend, and every change the solve makes to it, by name.
+
+A sweep whose next run has the same structure (`formulations.structure`) — only prices,
+demand, megawatts or caps changed — refreshes the coefficients of the kept program instead
+of rebuilding it; the basis is forgotten, so that a run's result never depends on the run
+before it.
+"""
+
+from __future__ import annotations
+
+import time
+
+from formulations import Reading, build_program, read_solution, refresh, structure
+from formulations.linear import INF
+from optimizer.backends import BACKENDS, Outcome, gc_paused
+from optimizer.errors import NumericalTroubleError, ScenarioError, TimeLimitNoPlanError
+from optimizer.units import Role
+
+
+class ModelCache:
+    def __init__(self):
+        self.signature = None
+        self.lp = None
+        self.backend = None
+        self.reuses = 0
+        self.closed: list[int] = []  # flow columns the last run's pool choice closed
+
+    def prepare(self, inst, exact: bool, coefficients: dict, largest: dict, backend: str) -> tuple[float, float]:
+        """Ready a program for ``inst``; returns (build s, hand-off s) — zero build on reuse."""
+        if backend not in BACKENDS:
+            raise ScenarioError(f"unknown solver backend '{backend}' (expected {', '.join(BACKENDS)})", field="--backend")
+        start = time.perf_counter()
+        signature = None if exact else (backend, structure(inst))
+        with gc_paused():
+            if signature is not None and signature == self.signature:
+                self.backend.apply(refresh(self.lp, inst) + [self.lp.set_params("gpus_per_rps", coefficients)]
+                                   + [self.lp.set_upper({col: INF for col in self.closed})])
+                self.closed = []
+                self.backend.forget_basis()
+                self.reuses += 1
+                return 0.0, time.perf_counter() - start
+            self.lp, _ = build_program(inst, exact, coefficients, largest)
+            self.closed = []
+            build_s = time.perf_counter() - start
+            t = time.perf_counter()
+            self.backend = BACKENDS[backend](self.lp)
+            handoff_s = time.perf_counter() - t
+        self.signature = signature
+        return build_s, handoff_s
+
+    @property
+    def size(self) -> dict:
+        lp = self.lp
+        return {"variables": lp.n_cols, "integers": int(sum(lp.col_integer)), "rows": lp.n_rows,
+                "nonzeros": len(lp.entries_val)}
+
+    # ------------------------------------------------------------------ changes, by name
+    def price_pools(self, gpus_per_rps: dict) -> None:
+        """GPUs per request/s of each (pool, state) — the master's pool prices."""
+        self.backend.apply([self.lp.set_params("gpus_per_rps", gpus_per_rps)])
+
+    def close_pools_except(self, kept: set[int]) -> None:
+        """Flows into every pool not in ``kept`` bounded at 0 (reopened by the next `prepare`)."""
+        closed = {col: 0.0 for role in Role for (pid, _), col in self.lp.cols.get(f"{role}_flow", {}).items()
+                  if pid not in kept}
+        self.backend.apply([self.lp.set_upper(closed)])
+        self.closed = sorted(closed)
+
+    def param(self, name: str) -> dict:
+        """Current values of a parameter (read-only use)."""
+        return self.lp.params[name]
+
+    def reserve_room(self, gpus: dict, kw_room: dict) -> None:
+        """Leave GPUs free per (site, accelerator, state) and lower the kW room per (site, state)."""
+        self.backend.apply([self.lp.set_params("gpu_reserve", gpus), self.lp.set_params("kw_room", kw_room)])
+
+    # ------------------------------------------------------------------ solving
+    def run(self, seconds: float, gap: float, threads: int | None, what: str) -> Outcome:
+        """One solve; errors and time limits without any solution become planner-facing errors."""
+        out = self.backend.solve(seconds, gap, threads)
+        if out.status == "error" and not out.has_solution:
+            raise NumericalTroubleError(
+                f"HiGHS stopped with an error during the {what} solve and no solution; "
+                "this usually means numerical trouble — check for extreme prices or demands")
+        if out.status in ("time_limit", "interrupted") and not out.has_solution:
+            raise TimeLimitNoPlanError(
+                f"the time limit ran out during the {what} solve before any plan was found; "
+                "raise --time-limit or shrink the scenario")
+        return out
+
+    def read(self, x) -> Reading:
+        return read_solution(self.lp, x)
