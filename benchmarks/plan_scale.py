@@ -30,7 +30,7 @@ from synthetic import REFERENCE_SITES, write_case  # noqa: E402
 from optimizer.baseline import baseline  # noqa: E402
 from optimizer.instance import build_instance  # noqa: E402
 from optimizer.network import build_graph, rtt_matrix  # noqa: E402
-from optimizer.plan import settings_from  # noqa: E402
+from optimizer.pipeline import settings_from  # noqa: E402
 from optimizer.scenario import MixRow, load_scenario  # noqa: E402
 from optimizer.solve import solve  # noqa: E402
 

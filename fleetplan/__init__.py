@@ -11,13 +11,32 @@
 The library itself lives in `optimizer` (scenario → plan) and `formulations` (the MIP).
 """
 
-from optimizer.compare import Comparison, compare, comparison_text, write_comparison
-from optimizer.plan import Plan, read_plan, write_plan
-from optimizer.plan import make_plan as plan
+from pathlib import Path
+
+from optimizer import compare as _compare
+from optimizer.compare import Comparison, compare, comparison_text
+from optimizer.folder import write as _write
+from optimizer.folder.read import read_plan
+from optimizer.pipeline import make_plan as plan
+from optimizer.report import write_report
+from optimizer.report.compare_page import write_compare_report
+from optimizer.results import Plan
 from optimizer.scenario import load_scenario
 from optimizer.sweep import sweep
 from optimizer.verify import verify_plan as verify
 from optimizer.verify import write_verify
+
+
+def write_plan(p: Plan, out_dir, report: bool = True) -> Path:
+    """The plan folder (`optimizer.folder.write`), with report.html unless ``report`` is False."""
+    return _write.write_plan(p, out_dir, inputs=p.inputs, extras=(write_report,) if report else ())
+
+
+def write_comparison(cmp: Comparison, out_dir) -> Path:
+    """compare.csv and routing_changes.csv (`optimizer.compare`), with compare.html and compare.png."""
+    out = _compare.write_comparison(cmp, out_dir)
+    write_compare_report(cmp, out)
+    return out
 
 __all__ = ["Comparison", "Plan", "compare", "comparison_text", "load_scenario", "plan", "read_plan", "sweep",
            "verify", "write_comparison", "write_plan", "write_verify"]

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import argparse
 import math
+
 from pydantic import BaseModel, ValidationError
 
-from optimizer.outputs import shown
+from optimizer.errors import shorten
 
 
 def _explain_first(exc: ValidationError) -> str:
@@ -33,7 +34,7 @@ def field_value(model: type[BaseModel], name: str):
             raise argparse.ArgumentTypeError(f"{_explain_first(exc)} (the rule of scenario field "
                                               f"{model.__name__.lower()}.{name})") from None
         if value is None:
-            raise argparse.ArgumentTypeError(f"expected a value, got {shown(text)!r}")
+            raise argparse.ArgumentTypeError(f"expected a value, got {shorten(text)!r}")
         return value
 
     check.__name__ = name
@@ -53,11 +54,11 @@ def number(low: float, high: float, *, integer: bool = False, low_open: bool = F
         try:
             value = int(text) if integer else float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {shown(text)!r}") from None
+            raise argparse.ArgumentTypeError(f"expected {what}, got {shorten(text)!r}") from None
         inside = math.isfinite(value) and (value > low if low_open else value >= low) and value <= high
         if not inside:
             bracket = "(" if low_open else "["
-            raise argparse.ArgumentTypeError(f"expected {what} in {bracket}{low:g}, {high:g}], got {shown(text)!r}")
+            raise argparse.ArgumentTypeError(f"expected {what} in {bracket}{low:g}, {high:g}], got {shorten(text)!r}")
         return value
 
     check.__name__ = what
@@ -70,9 +71,9 @@ def factor(text: str) -> float:
     try:
         value = float(body)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a factor like ×1.3, got {shown(text)!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a factor like ×1.3, got {shorten(text)!r}") from None
     if not (math.isfinite(value) and 0 < value <= 1000):
-        raise argparse.ArgumentTypeError(f"expected a factor in (0, 1000], like ×1.3, got {shown(text)!r}")
+        raise argparse.ArgumentTypeError(f"expected a factor in (0, 1000], like ×1.3, got {shorten(text)!r}")
     return value
 
 

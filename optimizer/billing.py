@@ -30,7 +30,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from optimizer.errors import Origin, ScenarioError, unknown_id_message
-from optimizer.scenario import DATA_DIR, Scenario, _Catalogued, _validate_row
+from optimizer.scenario import DATA_DIR, Catalogued, Scenario, validate_row
 from optimizer.sources import read_csv
 
 TOKEN_PRICES_FILE = DATA_DIR / "token_prices.csv"
@@ -38,7 +38,7 @@ TOKEN_PRICES_FILE = DATA_DIR / "token_prices.csv"
 DIVERGENCE = 0.15
 
 
-class TokenPrice(_Catalogued):
+class TokenPrice(Catalogued):
     provider: str
     model: str
     input_usd_per_million_tokens: float = Field(ge=0, le=1e3)
@@ -52,7 +52,7 @@ def token_prices(provider: str, origin: Origin | None = None) -> dict[str, Token
     fields = list(TokenPrice.model_fields)
     required = [n for n in fields if TokenPrice.model_fields[n].is_required()]
     table = read_csv(TOKEN_PRICES_FILE, required, [n for n in fields if n not in required])
-    rows = [_validate_row(TokenPrice, r.values, r.origin) for r in table.rows]
+    rows = [validate_row(TokenPrice, r.values, r.origin) for r in table.rows]
     providers = {r.provider for r in rows}
     if provider not in providers:
         raise ScenarioError(unknown_id_message("token price provider", provider, providers),

@@ -10,13 +10,32 @@ import os
 import sys
 from pathlib import Path
 
-from optimizer.arguments import (BATCH_TOKENS, MILLISECONDS, NOISE_SIGMA, PRICE, REQUESTS, SEED, TOKENS, WORKERS, Parser,
-                                 factor, field_value)
 from pydantic import ValidationError
 
+from optimizer.arguments import (
+    BATCH_TOKENS,
+    MILLISECONDS,
+    NOISE_SIGMA,
+    PRICE,
+    REQUESTS,
+    SEED,
+    TOKENS,
+    WORKERS,
+    Parser,
+    factor,
+    field_value,
+)
 from optimizer.errors import FleetplanError, Origin, ScenarioError
-from optimizer.outputs import (COMPARISON, PLAN, Terminated, file_target, folder_target, plan_folder_to_update, save_png,
-                               terminate_as_interrupt)
+from optimizer.outputs import (
+    COMPARISON,
+    PLAN,
+    Terminated,
+    file_target,
+    folder_target,
+    plan_folder_to_update,
+    save_png,
+    terminate_as_interrupt,
+)
 from optimizer.scenario import Policy
 
 
@@ -47,8 +66,8 @@ def _table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
 
 
 def cmd_curves(args) -> int:
-    from optimizer.operating import operating_table
     from optimizer.errors import unknown_id_message
+    from optimizer.operating import operating_table
     from optimizer.scenario import load_scenario
 
     s, _ = load_scenario(args.scenario)
@@ -142,8 +161,8 @@ def cmd_validate(args) -> int:
 def cmd_budget(args) -> int:
     from optimizer.budget import best_waterfall
     from optimizer.configs import kv_bytes_per_token, workload_configs
-    from optimizer.network import build_graph, rtt_matrix
     from optimizer.errors import unknown_id_message
+    from optimizer.network import build_graph, rtt_matrix
     from optimizer.scenario import load_scenario
 
     s, raw = load_scenario(args.scenario)
@@ -180,9 +199,17 @@ def cmd_budget(args) -> int:
 
 
 def cmd_network(args) -> int:
-    from optimizer.network import (EDGE_CSV_HEADER, RTT_CSV_HEADER, build_graph, plot_map, rtt_long, rtt_matrix,
-                                   write_edge_csv, write_graphml)
+    from optimizer.network import (
+        EDGE_CSV_HEADER,
+        RTT_CSV_HEADER,
+        build_graph,
+        rtt_long,
+        rtt_matrix,
+        write_edge_csv,
+        write_graphml,
+    )
     from optimizer.outputs import write_csv
+    from optimizer.report.maps import network_map
     from optimizer.scenario import load_scenario
 
     s, raw = load_scenario(args.scenario)
@@ -203,7 +230,7 @@ def cmd_network(args) -> int:
     if "--edges-csv" in targets:
         write_edge_csv(g, targets["--edges-csv"])
     if "--plot" in targets:
-        plot_map(g, s, targets["--plot"])
+        save_png(network_map(g, s), targets["--plot"])
     nearest = rtt.min(axis=1)
     print(f"{len(s.metros)} metros × {len(s.sites)} sites; RTT to the nearest site: median {nearest.median():.1f} ms, "
           f"worst {nearest.max():.1f} ms ({nearest.idxmax()})")
@@ -211,7 +238,9 @@ def cmd_network(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    from optimizer.plan import make_plan, write_plan
+    from optimizer.folder.write import write_plan
+    from optimizer.pipeline import make_plan
+    from optimizer.report import write_report
 
     progress = (lambda msg: print(msg, file=sys.stderr)) if not args.quiet else None
     inputs = [args.scenario] if args.scenario else []
@@ -219,14 +248,14 @@ def cmd_plan(args) -> int:
     if args.from_plan:
         if args.scenario or args.set:
             raise ScenarioError("--from-plan replans a plan folder as recorded; give no SCENARIO or --set with it")
-        from optimizer.plan import replan
+        from optimizer.pipeline import replan
 
         plan = replan(args.from_plan, progress=progress, allow_unserved=args.allow_unserved)
     else:
         plan = make_plan(args.scenario, args.set or [], time_limit_s=args.time_limit, mip_gap=args.mip_gap,
                          threads=args.threads, exact=args.exact, allow_unserved=args.allow_unserved,
                          robust=args.robust, backend=args.backend, progress=progress)
-    out = write_plan(plan, args.out, report=not args.no_report, inputs=plan.inputs)
+    out = write_plan(plan, args.out, inputs=plan.inputs, extras=() if args.no_report else (write_report,))
     sm = plan.summary
     if args.json:
         _print_json({k: v for k, v in sm.items() if k != "steps"})
@@ -293,6 +322,7 @@ def cmd_sweep(args) -> int:
 
 def cmd_compare(args) -> int:
     from optimizer.compare import compare, comparison_text, write_comparison
+    from optimizer.report.compare_page import write_compare_report
 
     if len(args.plans) < 2:
         raise ScenarioError("give at least two plan folders to compare")
@@ -304,7 +334,7 @@ def cmd_compare(args) -> int:
         folder_target(args.out, COMPARISON, inputs=args.plans)
     cmp = compare(args.plans)
     if args.out:
-        write_comparison(cmp, args.out)
+        write_compare_report(cmp, write_comparison(cmp, args.out))
     print(comparison_text(cmp))
     if args.out:
         print(f"written: {Path(args.out) / 'compare.csv'}, routing_changes.csv, compare.png, compare.html")
@@ -388,7 +418,8 @@ def cmd_operate(args) -> int:
 
 
 def cmd_scenarios(args) -> int:
-    from optimizer.scenario import DATA_DIR, read_yaml
+    from optimizer.scenario import DATA_DIR
+    from optimizer.sources import read_yaml
 
     for path in sorted((DATA_DIR / "scenarios").glob("*.yaml")):
         doc = read_yaml(path)

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from optimizer.folder.read import read_plan
 from optimizer.outputs import COMPARISON, folder_target, write_csv
-from optimizer.plan import Plan, read_plan
+from optimizer.results import Plan
 
 COST_LINES = {
     "reserved": "cost_reserved_usd",
@@ -109,10 +110,8 @@ def compare(plan_dirs: list[str | Path]) -> Comparison:
 
 
 def write_comparison(cmp: Comparison, out: str | Path) -> Path:
-    """compare.csv (long form: section, key, plan, value), routing_changes.csv, and the page
-    compare.html with compare.png (`optimizer.report.compare_page`)."""
-    from optimizer.report.compare_page import write_compare_report
-
+    """compare.csv (long form: section, key, plan, value) and routing_changes.csv; the command
+    line adds the page (`optimizer.report.compare_page`)."""
     out = folder_target(out, COMPARISON, inputs=cmp.sources)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -127,7 +126,6 @@ def write_comparison(cmp: Comparison, out: str | Path) -> Path:
                 rows.append({"section": f"workload_{metric}", "key": workload, "plan": n, "value": row[(n, metric)]})
     write_csv(pd.DataFrame(rows), out / "compare.csv")
     write_csv(cmp.routing_changes, out / "routing_changes.csv")
-    write_compare_report(cmp, out)
     return out
 
 

@@ -24,11 +24,18 @@ from optimizer.curves.batching import decode_operating_point
 from optimizer.curves.cache import cache_kv_share, p99_cached_tokens
 from optimizer.curves.lengths import LengthDistribution, service_moments
 from optimizer.curves.memory import kv_budget_bytes, kv_replication, max_concurrency
-from optimizer.curves.roofline import decode_step_time_s, mixed_step_time_s, prefill_time_s
+from optimizer.curves.roofline import (
+    decode_step_time_s,
+    mixed_step_time_s,
+    prefill_time_s,
+)
 from optimizer.curves.shapes import Efficiency, Hardware, ModelShape, Replica
-from optimizer.curves.speculative import expected_tokens_per_step, speculative_step_time_s
+from optimizer.curves.speculative import (
+    expected_tokens_per_step,
+    speculative_step_time_s,
+)
 from optimizer.curves.transfer import replica_nic_bytes_per_s
-from optimizer.scenario import Accelerator, Model, Serving, Workload
+from optimizer.scenario import Accelerator, Model, Scenario, Serving, Workload
 
 BYTES_PER_VALUE = {"bf16": 2.0, "fp8": 1.0}
 
@@ -162,11 +169,13 @@ def _base(w: Workload, a: Accelerator, r: Replica, role: str, tag: str, s: Servi
     )
 
 
-def prefill_config(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving) -> ServingConfig | None:
-    """A dedicated prefill replica: FIFO prompts, one at a time, cached prefixes resident."""
+def prefill_config(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving,
+                   check_fit: bool = True) -> ServingConfig | None:
+    """A dedicated prefill replica: FIFO prompts, one at a time, cached prefixes resident
+    (None, unless ``check_fit`` is off, where the p99 prompt and the prefixes do not fit)."""
     isl, _ = _lengths(w, m)
     kv_need = (w.isl_p99_tokens + s.resident_prefixes * w.shared_prefix_tokens) * r.kv_bytes_per_token * kv_replication(r.model, r.gpus)
-    if kv_budget_bytes(r) < kv_need:
+    if check_fit and kv_budget_bytes(r) < kv_need:
         return None
     cached_p99 = p99_cached_tokens(w.prompt_cache_hit_rate, w.shared_prefix_tokens, w.slo_attainment)
     p99_s = float(prefill_time_s(r, w.isl_p99_tokens, cached_p99))
@@ -181,37 +190,70 @@ def decode_config(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving,
                   speed: float = 1.0) -> ServingConfig | None:
     """A decode replica at the largest batch whose p99 step (with tail factor) meets
     ``speed`` × the ITL objective — a faster operating point than needed trades GPUs for a
-    shorter first step (it is in every request's TTFT).
-
-    Plain: step(b); speculative: T_spec(b) = verify(k+1) + k·ρ_d·step, E tokens per step.
-    Requests/s = ρ_max · b · E / (osl_mean · T).
-    """
-    context = w.isl_mean_tokens + w.osl_mean_tokens / 2.0
+    shorter first step (it is in every request's TTFT)."""
     b_max = int(max_concurrency(r, w.isl_mean_tokens + w.osl_mean_tokens))
+    step_of, _ = _decode_step(w, r, s, speculative)
+    b, _ = decode_operating_point(step_of, b_max, speed * w.itl_p99_ms / 1e3, s.itl_tail_factor)
+    return decode_at(w, a, r, s, speculative, b, speed) if b else None
+
+
+def _decode_step(w: Workload, r: Replica, s: Serving, speculative: bool):
+    """(step time as a function of the batch, expected tokens per step) of a decode replica.
+
+    Plain: step(b); speculative: T_spec(b) = verify(k+1) + k·ρ_d·step, E tokens per step."""
+    context = w.isl_mean_tokens + w.osl_mean_tokens / 2.0
     spec = s.speculative
     if speculative:
         def step_of(b):
             return speculative_step_time_s(r, b, context, spec.draft_tokens, spec.draft_cost_ratio)
-        per_step = float(expected_tokens_per_step(spec.acceptance_rate, spec.draft_tokens))
-    else:
-        def step_of(b):
-            return decode_step_time_s(r, b, context)
-        per_step = 1.0
-    b, step = decode_operating_point(step_of, b_max, speed * w.itl_p99_ms / 1e3, s.itl_tail_factor)
-    if b == 0:
-        return None
+        return step_of, float(expected_tokens_per_step(spec.acceptance_rate, spec.draft_tokens))
+
+    def plain(b):
+        return decode_step_time_s(r, b, context)
+    return plain, 1.0
+
+
+def decode_at(w: Workload, a: Accelerator, r: Replica, s: Serving, speculative: bool, batch: int,
+              speed: float = 1.0) -> ServingConfig:
+    """A decode replica at batch ``batch``: requests/s = ρ_max · b · E / (osl_mean · T)."""
+    b_max = int(max_concurrency(r, w.isl_mean_tokens + w.osl_mean_tokens))
+    step_of, per_step = _decode_step(w, r, s, speculative)
+    step = float(step_of(batch))
     tag = ("decode+spec" if speculative else "decode") + ("" if speed == 1.0 else f"@{speed:g}")
     return ServingConfig(
         **_base(w, a, r, "decode", tag, s), speed=speed,
-        batch=b, speculative=speculative, step_ms=step * 1e3, itl_p99_ms=s.itl_tail_factor * step * 1e3,
+        batch=batch, speculative=speculative, step_ms=step * 1e3, itl_p99_ms=s.itl_tail_factor * step * 1e3,
         tokens_per_step=per_step,
-        decode_rps=s.decode_max_utilization * b * per_step / (w.osl_mean_tokens * step),
-        decode_tokens_per_s=b * per_step / step, max_concurrency=b_max,
+        decode_rps=s.decode_max_utilization * batch * per_step / (w.osl_mean_tokens * step),
+        decode_tokens_per_s=batch * per_step / step, max_concurrency=b_max,
     )
 
 
 def colocated_config(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving, chunk: int) -> ServingConfig | None:
-    """A replica that prefills in chunks of C tokens inside its decode iterations.
+    """A replica that prefills in chunks of C tokens inside its decode iterations, at the
+    largest batch whose p99 iteration meets the ITL objective."""
+    b, _ = decode_operating_point(_iteration(w, r, chunk), _colocated_ceiling(w, r, s), w.itl_p99_ms / 1e3,
+                                  s.itl_tail_factor)
+    return colocated_at(w, m, a, r, s, chunk, b) if b else None
+
+
+def _iteration(w: Workload, r: Replica, chunk: int):
+    context = w.isl_mean_tokens + w.osl_mean_tokens / 2.0
+
+    def step_of(b):
+        return mixed_step_time_s(r, b, context, chunk, w.isl_mean_tokens / 2.0)
+    return step_of
+
+
+def _colocated_ceiling(w: Workload, r: Replica, s: Serving) -> int:
+    """The batch the KV budget holds beside the resident shared prefixes."""
+    share = cache_kv_share(s.resident_prefixes, w.shared_prefix_tokens,
+                           r.kv_bytes_per_token * kv_replication(r.model, r.gpus), kv_budget_bytes(r))
+    return int(max_concurrency(r, w.isl_mean_tokens + w.osl_mean_tokens, share))
+
+
+def colocated_at(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving, chunk: int, batch: int) -> ServingConfig:
+    """A colocated replica at batch ``batch``.
 
     iteration(b) = decode step + a C-token chunk (`mixed_step_time_s`); ITL p99 = tail ·
     iteration; a prompt of s tokens takes ⌈(s − cached)/C⌉ iterations (the prefill lane's
@@ -223,35 +265,50 @@ def colocated_config(w: Workload, m: Model, a: Accelerator, r: Replica, s: Servi
     """
     isl, _ = _lengths(w, m)
     context = w.isl_mean_tokens + w.osl_mean_tokens / 2.0
-    share = cache_kv_share(s.resident_prefixes, w.shared_prefix_tokens,
-                           r.kv_bytes_per_token * kv_replication(r.model, r.gpus), kv_budget_bytes(r))
-    b_max = int(max_concurrency(r, w.isl_mean_tokens + w.osl_mean_tokens, share))
-
-    def step_of(b):
-        return mixed_step_time_s(r, b, context, chunk, w.isl_mean_tokens / 2.0)
-
-    b, iteration = decode_operating_point(step_of, b_max, w.itl_p99_ms / 1e3, s.itl_tail_factor)
-    if b == 0:
-        return None
+    iteration = float(_iteration(w, r, chunk)(batch))
 
     def service(tokens, cached):
         return np.ceil(np.maximum(np.asarray(tokens) - np.asarray(cached), 1.0) / chunk) * iteration
 
     cached_p99 = p99_cached_tokens(w.prompt_cache_hit_rate, w.shared_prefix_tokens, w.slo_attainment)
     mean_s, scv = service_moments(service, isl, w.prompt_cache_hit_rate, w.shared_prefix_tokens)
-    decode_step = float(decode_step_time_s(r, b, context))
+    decode_step = float(decode_step_time_s(r, batch, context))
     prompt_s = mean_s / iteration * max(iteration - decode_step, 0.0)
-    tokens_s = w.osl_mean_tokens * decode_step / b
+    tokens_s = w.osl_mean_tokens * decode_step / batch
     return ServingConfig(
         **_base(w, a, r, "colocated", f"colocated-c{chunk}", s),
         input_share=prompt_s / (prompt_s + tokens_s),
-        batch=b, chunk_tokens=chunk,
+        batch=batch, chunk_tokens=chunk,
         prefill_p99_ms=float(service(w.isl_p99_tokens, cached_p99)) * 1e3,
         service_mean_s=mean_s, service_scv=scv,
         step_ms=iteration * 1e3, itl_p99_ms=s.itl_tail_factor * iteration * 1e3,
-        decode_rps=s.decode_max_utilization * b / (w.osl_mean_tokens * iteration),
-        decode_tokens_per_s=b / iteration, max_concurrency=b_max,
+        decode_rps=s.decode_max_utilization * batch / (w.osl_mean_tokens * iteration),
+        decode_tokens_per_s=batch / iteration, max_concurrency=_colocated_ceiling(w, r, s),
     )
+
+
+def config_at(c, s: Scenario) -> ServingConfig | None:
+    """A plan's config ``c`` (a `ServingConfig` or a curves.csv row: workload, gpu, gpus,
+    role, batch, chunk_tokens, speculative, speed) evaluated under scenario ``s`` with its
+    decisions held: what the same replicas do when an estimate behind them changes
+    (`optimizer.stress`). The batch drops to what the KV budget still holds; None where the
+    weights no longer fit."""
+    get = (lambda k: getattr(c, k)) if isinstance(c, ServingConfig) else (lambda k: c[k])
+    w = s.workloads[get("workload")]
+    m, a = s.models[w.model], s.accelerators[get("gpu")]
+    r = make_replica(m, a, s.serving, int(get("gpus")), w.weight_dtype, w.kv_dtype)
+    if r is None or kv_budget_bytes(r) <= 0:
+        return None
+    role = get("role")
+    if role == "prefill":
+        return prefill_config(w, m, a, r, s.serving, check_fit=False)
+    if role == "decode":
+        ceiling = int(max_concurrency(r, w.isl_mean_tokens + w.osl_mean_tokens))
+        batch = max(min(int(get("batch")), ceiling), 1)
+        return decode_at(w, a, r, s.serving, str(get("speculative")).lower() in ("true", "1", "1.0"), batch,
+                         float(get("speed")))
+    batch = max(min(int(get("batch")), _colocated_ceiling(w, r, s.serving)), 1)
+    return colocated_at(w, m, a, r, s.serving, int(get("chunk_tokens")), batch)
 
 
 def workload_configs(w: Workload, m: Model, a: Accelerator, s: Serving) -> list[ServingConfig]:

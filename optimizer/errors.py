@@ -76,6 +76,12 @@ class VerificationFailed(FleetplanError):
     exit_code = 7
 
 
+def shorten(text, most: int = 100) -> str:
+    """A value or path as shown in a message: long ones cut in the middle."""
+    text = str(text)
+    return text if len(text) <= most else text[: most // 2 - 1] + "…" + text[-(most // 2):]
+
+
 def yaml_bool_hint(value) -> str:
     """Why a name came out as true/false: YAML 1.1 reads unquoted on/off/yes/no/y/n as booleans."""
     if isinstance(value, bool):

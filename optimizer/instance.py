@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from optimizer.budget import first_token_ms
+from optimizer.budget import first_token_ms, transfer_ms
 from optimizer.configs import ServingConfig, kv_bytes_per_token, workload_configs
 from optimizer.contracts import TERMS
 from optimizer.curves.economics import owned_usd_per_node_hour
@@ -297,13 +297,13 @@ def build_instance(s: Scenario, rtt: pd.DataFrame) -> Instance:
                 continue
             kv = kv_bytes_per_token(w, s.models[w.model])
             slowest = min(prefill_nics + [c.nic_bytes_per_s for c in all_decode])
-            transfer[(site, k)] = float(kv_transfer_time_s(w.isl_p99_tokens, kv, slowest, s.serving.kv_transfer_latency_ms / 1e3)) * 1e3
+            transfer[(site, k)] = transfer_ms(w, kv, slowest, s.serving.kv_transfer_latency_ms)
             for h, speed in enumerate(s.serving.decode_speeds):
                 decode = {g: _best_decode(configs[(k, g)], speed) for g in gpus_at[site]}
                 decode = {g: c for g, c in decode.items() if c is not None}
                 if not decode:
                     continue
-                handoff[(site, k, h)] = transfer[(site, k)] + max(first_token_ms(c, s.serving.itl_tail_factor) for c in decode.values())
+                handoff[(site, k, h)] = transfer[(site, k)] + max(first_token_ms(c.step_ms, s.serving.itl_tail_factor) for c in decode.values())
                 decode_pools[(site, k, h)] = [factory.add("decode", NOMINAL, site, k, -1, c, speed=h)
                                               for _, c in sorted(decode.items())]
 

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from optimizer.errors import Origin, ScenarioError, unknown_id_message
-from optimizer.outputs import atomic_file, save_png, unescape_text, write_csv
+from optimizer.outputs import atomic_file, unescape_text, write_csv
 from optimizer.scenario import Scenario
 from optimizer.sources import read_text
 
@@ -195,53 +195,3 @@ def write_graphml(g: nx.Graph, path: Path) -> None:
 def write_edge_csv(g: nx.Graph, path: Path) -> None:
     rows = [(u, v, f"{attrs['one_way_ms']:.6f}") for u, v, attrs in g.edges(data=True)]
     write_csv(pd.DataFrame(rows, columns=EDGE_CSV_HEADER.split(",")), Path(path))
-
-
-def plot_map(g: nx.Graph, s: Scenario, path, flows: pd.DataFrame | None = None) -> None:
-    """Metros, sites and (optionally) routing flows (metro, site, weight) over land and borders
-    (`optimizer.report.maps`), saved as PNG to ``path`` (a file path or a binary buffer)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from optimizer.report.land import load_land
-    from optimizer.report.maps import draw_land, extent
-
-    lon_range, lat_range, stretch = extent([p.lon for p in (*s.metros.values(), *s.sites.values())],
-                                           [p.lat for p in (*s.metros.values(), *s.sites.values())])
-    fig, ax = plt.subplots(figsize=(12, 6.5))
-    draw_land(ax, load_land().within(lon_range, lat_range))
-    if flows is not None and len(flows):
-        top = flows["weight"].max()
-        for row in flows.itertuples():
-            m, site = s.metros[row.metro], s.sites[row.site]
-            ax.plot([m.lon, site.lon], [m.lat, site.lat], color="tab:blue",
-                    alpha=0.25 + 0.6 * row.weight / top, lw=0.5 + 3 * row.weight / top, zorder=1)
-    else:
-        for u, v in nx.minimum_spanning_tree(g, weight="one_way_ms").edges():
-            a, b = g.nodes[u], g.nodes[v]
-            if "lon" not in a or "lon" not in b:
-                continue
-            ax.plot([a["lon"], b["lon"]], [a["lat"], b["lat"]], color="0.8", lw=0.6, zorder=1)
-    ax.scatter([m.lon for m in s.metros.values()], [m.lat for m in s.metros.values()],
-               s=[8 + 3 * np.sqrt(m.population / 1e5) for m in s.metros.values()], color="tab:orange",
-               alpha=0.8, label="metro (size: population)", zorder=2)
-    ax.scatter([x.lon for x in s.sites.values()], [x.lat for x in s.sites.values()], marker="s", s=60,
-               color="tab:green", edgecolor="k", label="candidate site", zorder=3)
-    for x in s.sites.values():
-        ax.annotate(x.id, (x.lon, x.lat), xytext=(4, 4), textcoords="offset points", fontsize=7)
-    ax.set_xlim(*lon_range)
-    ax.set_ylim(*lat_range)
-    ax.set_aspect(stretch)
-    ax.set_xlabel("longitude (°)")
-    ax.set_ylabel("latitude (°)")
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower left", fontsize=8)
-    ax.set_title(f"{s.name}: metros, sites" + (" and routing" if flows is not None else " and latency backbone"))
-    fig.tight_layout()
-    if isinstance(path, (str, Path)):
-        save_png(fig, Path(path))
-    else:
-        fig.savefig(path, dpi=110, format="png", metadata={"Software": None})
-        plt.close(fig)

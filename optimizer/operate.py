@@ -39,6 +39,7 @@ from optimizer.contracts import COMMITTED_CATEGORIES, COST_COLUMNS
 from optimizer.costing import Solution, procurement_table
 from optimizer.curves.queueing import servers_needed_many
 from optimizer.errors import Origin, ScenarioError
+from optimizer.folder.read import read_plan, scenario_of
 from optimizer.instance import Instance, Pool, build_instance
 from optimizer.network import build_graph, rtt_matrix
 from optimizer.outputs import write_csv, write_text_atomic
@@ -247,8 +248,6 @@ def _summary(commitment: Commitment, hours, lam, unserved, sigma, seed, solve_s,
 
 def operate_plan(plan_dir, *, noise_sigma: float = 0.0, seed: int = 0, progress=None) -> Operations:
     """Operate a plan folder's commitment through the year of its own scenario."""
-    from optimizer.plan import read_plan, scenario_of  # optimizer.plan imports solve, which imports this module
-
     plan = read_plan(plan_dir)
     s = scenario_of(plan, plan_dir)
     inst = build_instance(s, rtt_matrix(build_graph(s, Path(plan_dir)), s))

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer.errors import Origin, ScenarioError
+from optimizer.errors import Origin, ScenarioError, shorten
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 TEMP_TAG = ".tmp-"  # temporary outputs are named .<target>.tmp-<pid>-<random>
@@ -57,13 +57,7 @@ COMPARISON = FolderKind("comparison folder", "compare.csv",
 
 
 def _refuse(flag: str, path, message: str) -> ScenarioError:
-    return ScenarioError(message, Origin(f"{flag} {shown(path)}"))
-
-
-def shown(path) -> str:
-    """A path as a person typed it, shortened when long."""
-    text = str(path)
-    return text if len(text) <= 120 else text[:57] + "…" + text[-60:]
+    return ScenarioError(message, Origin(f"{flag} {shorten(path)}"))
 
 
 def _resolve(text, flag: str) -> Path:
@@ -91,7 +85,7 @@ def _inputs_inside(path: Path, inputs, flag: str, raw, kind: FolderKind | None) 
         if p == path or path in p.parents:
             if kind is not None and p.parent == path and kind.owns(p.name):
                 continue  # a previous output of the same kind read as input (--from-plan into itself)
-            raise _refuse(flag, raw, f"this holds an input of the run ({shown(item)}); writing here would replace it — "
+            raise _refuse(flag, raw, f"this holds an input of the run ({shorten(item)}); writing here would replace it — "
                                      "choose another path")
 
 
@@ -102,7 +96,7 @@ def _probe_writable(folder: Path, flag: str, raw) -> None:
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        raise _refuse(flag, raw, f"cannot write in {shown(folder)}: {exc.strerror or exc}") from None
+        raise _refuse(flag, raw, f"cannot write in {shorten(folder)}: {exc.strerror or exc}") from None
 
 
 def _nearest_existing(path: Path, flag: str, raw) -> Path:
@@ -110,7 +104,7 @@ def _nearest_existing(path: Path, flag: str, raw) -> Path:
     for parent in path.parents:
         if parent.exists():
             if not parent.is_dir():
-                raise _refuse(flag, raw, f"{shown(parent)} is a file, so nothing can be written below it")
+                raise _refuse(flag, raw, f"{shorten(parent)} is a file, so nothing can be written below it")
             return parent
     return Path(path.anchor)
 

@@ -31,19 +31,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from optimizer.configs import kv_bytes_per_token, make_replica
-from optimizer.curves.cache import p99_cached_tokens
-from optimizer.curves.lengths import LengthDistribution, service_moments
-from optimizer.curves.memory import max_concurrency
+from optimizer.budget import colocated_path, disaggregated_path, transfer_ms
+from optimizer.configs import config_at, kv_bytes_per_token
 from optimizer.curves.queueing import wait_quantile_s
-from optimizer.curves.roofline import decode_step_time_s, mixed_step_time_s, prefill_time_s
-from optimizer.curves.speculative import expected_tokens_per_step, speculative_step_time_s
-from optimizer.curves.transfer import kv_transfer_time_s
 from optimizer.errors import ScenarioError, unknown_id_message
+from optimizer.folder.read import read_plan
+from optimizer.folder.schema import TABLES
 from optimizer.network import build_graph, rtt_matrix
 from optimizer.outputs import write_csv, write_text_atomic
-from optimizer.plan import TABLES, read_plan
 from optimizer.scenario import RawScenario, Scenario, apply_overrides, validate
+from optimizer.units import MS_PER_S, Role
 
 SLICE = ["period", "day_type", "hour"]
 
@@ -169,95 +166,45 @@ def _add_load(pools: pd.DataFrame, site, workload, tier, key, rps: float) -> Non
 # ------------------------------------------------------------------------ analytic
 
 
-class _Physics:
-    """Per-config performance under the (perturbed) scenario, with the plan's decisions —
-    accelerator, GPUs, role, operating batch, chunk, speculation — held fixed."""
-
-    def __init__(self, s: Scenario, curves: pd.DataFrame):
-        self.s = s
-        self.rows = {r["id"]: r for r in curves.to_dict("records")}
-        self._memo: dict = {}
-
-    def of(self, cid: str) -> dict:
-        if cid not in self._memo:
-            self._memo[cid] = self._evaluate(self.rows[cid])
-        return self._memo[cid]
-
-    def _evaluate(self, c: dict) -> dict:
-        s = self.s
-        w = s.workloads[c["workload"]]
-        m = s.models[w.model]
-        r = make_replica(m, s.accelerators[c["gpu"]], s.serving, int(c["gpus"]), w.weight_dtype, w.kv_dtype)
-        isl = LengthDistribution(w.isl_mean_tokens, w.isl_p99_tokens, m.max_context)
-        context = w.isl_mean_tokens + w.osl_mean_tokens / 2
-        cached_p99 = p99_cached_tokens(w.prompt_cache_hit_rate, w.shared_prefix_tokens, w.slo_attainment)
-        out = {"nic": float(c["nic_gb_s"]) * 1e9, "kv": kv_bytes_per_token(w, m)}
-        b_max = int(max_concurrency(r, w.isl_mean_tokens + w.osl_mean_tokens))
-        batch = max(min(int(c["batch"] or 0), b_max), 0)
-        if c["role"] == "prefill":
-            mean, scv = service_moments(lambda t, k: prefill_time_s(r, t, k), isl, w.prompt_cache_hit_rate,
-                                        w.shared_prefix_tokens)
-            out.update(service_s=mean, scv=scv, prefill_p99_ms=float(prefill_time_s(r, w.isl_p99_tokens, cached_p99)) * 1e3)
-            return out
-        if c["role"] == "decode":
-            spec = s.serving.speculative
-            if str(c["speculative"]).lower() in ("true", "1") and batch:
-                step = float(speculative_step_time_s(r, batch, context, spec.draft_tokens, spec.draft_cost_ratio))
-                per_step = float(expected_tokens_per_step(spec.acceptance_rate, spec.draft_tokens))
-            else:
-                step = float(decode_step_time_s(r, max(batch, 1), context))
-                per_step = 1.0
-            out.update(step_ms=step * 1e3, itl_p99_ms=s.serving.itl_tail_factor * step * 1e3,
-                       decode_rps=batch * per_step / (w.osl_mean_tokens * step) if batch else 0.0)
-            return out
-        chunk = int(c["chunk_tokens"])
-        iteration = float(mixed_step_time_s(r, max(batch, 1), context, chunk, w.isl_mean_tokens / 2))
-
-        def service(tokens, cached):
-            return np.ceil(np.maximum(np.asarray(tokens) - np.asarray(cached), 1.0) / chunk) * iteration
-
-        mean, scv = service_moments(service, isl, w.prompt_cache_hit_rate, w.shared_prefix_tokens)
-        out.update(service_s=mean, scv=scv, prefill_p99_ms=float(service(w.isl_p99_tokens, cached_p99)) * 1e3,
-                   step_ms=iteration * 1e3, itl_p99_ms=s.serving.itl_tail_factor * iteration * 1e3,
-                   decode_rps=batch / (w.osl_mean_tokens * iteration) if batch else 0.0)
-        return out
-
-
 def analyze(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per workload, per arc-slice) analytic attainment of a (perturbed) plan folder."""
     plan = read_plan(folder)
     s = validate(RawScenario(plan.scenario_data, {}, folder / "scenario.json"))
-    phys = _Physics(s, plan.tables["curves"])
+    curves = plan.tables["curves"].set_index("id", drop=False)
+    configs: dict = {}  # config id → the plan's config under the perturbed scenario (None: no longer fits)
     pools = plan.tables["pools"]
     weight = _slice_hours(s)
     state = {}
     for row in pools.itertuples(index=False):
+        if row.config not in configs:
+            configs[row.config] = config_at(curves.loc[row.config], s)
+        c = configs[row.config]
+        w = s.workloads[row.workload]
         key = (row.site, row.workload, row.period, row.day_type, row.hour)
-        p = phys.of(row.config)
         lam = row.requests_per_s * s.peak_to_mean(row.workload)
+        rps = c.decode_tokens_per_s / w.osl_mean_tokens if c is not None else 0.0  # the slots, without headroom
         entry = state.setdefault(key, {"decode": {}, "tiers": {}})
-        if row.role == "decode":
-            d = entry["decode"].setdefault(row.speed, {"cap": 0.0, "load": 0.0, "itl": 0.0, "first": 0.0, "nic": math.inf})
-            d["cap"] += row.replicas * p["decode_rps"]
+        if row.role == Role.DECODE:
+            d = entry["decode"].setdefault(row.speed, {"cap": 0.0, "load": 0.0, "itl": 0.0, "step": 0.0, "nic": math.inf})
+            d["cap"] += row.replicas * rps
             d["load"] += lam
-            d["itl"] = max(d["itl"], p["itl_p99_ms"])
-            d["first"] = max(d["first"], (1 + s.serving.itl_tail_factor) * p["step_ms"])
-            d["nic"] = min(d["nic"], p["nic"])
+            d["itl"] = max(d["itl"], c.itl_p99_ms if c is not None else math.inf)
+            d["step"] = max(d["step"], c.step_ms if c is not None else math.inf)
+            d["nic"] = min(d["nic"], c.nic_bytes_per_s if c is not None else 0.0)
             continue
         n = int(row.replicas)
-        q = s.workloads[row.workload].slo_attainment
-        capacity = n / p["service_s"] if n else 0.0
+        capacity = n / c.service_mean_s if n and c is not None else 0.0
         if lam <= 0:
             wait_ms, served = 0.0, 1.0
         elif lam >= capacity:
             wait_ms, served = math.inf, capacity / lam
         else:
-            wait_ms, served = float(wait_quantile_s(lam, n, p["service_s"], p["scv"], q)) * 1e3, 1.0
-        if row.role == "colocated" and lam > 0:
-            decode_ok = n * p["decode_rps"] / lam
-            served = min(served, decode_ok)
-        tier = entry["tiers"].setdefault(row.tier, [])
-        tier.append({"role": row.role, "speed": row.speed, "load": lam, "wait_ms": wait_ms, "served": served, "p": p})
+            wait_ms = float(wait_quantile_s(lam, n, c.service_mean_s, c.service_scv, w.slo_attainment)) * MS_PER_S
+            served = 1.0
+        if row.role == Role.COLOCATED and lam > 0:
+            served = min(served, n * rps / lam)
+        entry["tiers"].setdefault(row.tier, []).append({"role": row.role, "speed": row.speed, "load": lam,
+                                                        "wait_ms": wait_ms, "served": served, "config": c})
     arcs = []
     for row in plan.tables["routing"].itertuples(index=False):
         w = s.workloads[row.workload]
@@ -267,22 +214,23 @@ def analyze(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         if tier_pools:
             paths, itls, served = [], [], 1.0
             for t in tier_pools:
-                p = t["p"]
-                path = t["wait_ms"] + p["prefill_p99_ms"]
-                if t["role"] == "prefill":
-                    d = entry["decode"].get(t["speed"], {"cap": 0.0, "load": 1.0, "itl": math.inf, "first": math.inf,
-                                                         "nic": math.inf})
-                    nic = min(p["nic"], d["nic"])
-                    transfer = float(kv_transfer_time_s(w.isl_p99_tokens, p["kv"], nic, s.serving.kv_transfer_latency_ms / 1e3)) * 1e3
-                    path += transfer + d["first"]
+                c = t["config"]
+                prefill_ms = c.prefill_p99_ms if c is not None else math.inf
+                if t["role"] == Role.PREFILL:
+                    d = entry["decode"].get(t["speed"], {"cap": 0.0, "load": 1.0, "itl": math.inf, "step": math.inf,
+                                                         "nic": 0.0})
+                    nic = min(c.nic_bytes_per_s if c is not None else 0.0, d["nic"])
+                    kv = kv_bytes_per_token(w, s.models[w.model])
+                    transfer = transfer_ms(w, kv, nic, s.serving.kv_transfer_latency_ms) if nic > 0 else math.inf
+                    paths.append(disaggregated_path(s, row.rtt_ms, t["wait_ms"], prefill_ms, transfer, d["step"]))
                     itls.append(d["itl"])
                     if d["load"] > d["cap"]:
                         served = min(served, d["cap"] / d["load"])
                 else:
-                    itls.append(p["itl_p99_ms"])
-                paths.append(path)
+                    paths.append(colocated_path(s, row.rtt_ms, t["wait_ms"], prefill_ms))
+                    itls.append(c.itl_p99_ms if c is not None else math.inf)
                 served = min(served, t["served"])
-            ttft = row.rtt_ms + s.serving.fixed_overhead_ms + max(paths)
+            ttft = max(path.total_ms for path in paths)
             itl = max(itls)
         meets = served >= 1.0 - 1e-9 and ttft <= w.ttft_p99_ms + 1e-6 and itl <= w.itl_p99_ms + 1e-6
         hours = weight[(row.period, row.day_type, row.hour)]

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from optimizer.errors import FleetplanError, Origin, ScenarioError
+from optimizer.errors import FleetplanError, Origin, ScenarioError, shorten
 from optimizer.outputs import (
     SWEEP,
     atomic_file,
@@ -39,7 +39,6 @@ from optimizer.outputs import (
     unescape_text,
     write_csv,
 )
-from optimizer.scenario import shorten
 from optimizer.sources import limit, over_limit, read_text
 
 REUSE_BATCH = 4  # runs a worker plans in a row, sharing one model, when reuse is on
@@ -155,7 +154,7 @@ def run_batch(specs: list[RunSpec]) -> list[dict]:
 
 def run_one(spec: RunSpec, cache=None) -> dict:
     """Plan one run; never raises — a failure becomes a row with its status and diagnosis."""
-    from optimizer.plan import plan_scenario, settings_from
+    from optimizer.pipeline import plan_scenario, settings_from
     from optimizer.scenario import load_scenario
 
     start = time.perf_counter()

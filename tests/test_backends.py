@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.plan import make_plan
+from optimizer.pipeline import make_plan
 from optimizer.scenario import DATA_DIR
 
 DATA = Path(__file__).parent / "data"

@@ -22,14 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from small import SMALL
 
 from optimizer.checks import preflight
 from optimizer.cli import main
 from optimizer.configs import workload_configs
 from optimizer.errors import ScenarioError
 from optimizer.scenario import DATA_DIR, load_scenario
-from small import SMALL
-
 
 METROS_CSV = (
     "id,name,lat,lon,utc_offset_hours,population\n"

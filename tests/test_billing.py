@@ -10,7 +10,7 @@ import pytest
 from optimizer.billing import TokenPrice, list_charge_usd, token_billing, token_prices
 from optimizer.configs import workload_configs
 from optimizer.errors import ScenarioError
-from optimizer.plan import make_plan
+from optimizer.pipeline import make_plan
 from optimizer.scenario import load_scenario
 
 TINY = Path(__file__).parent / "data" / "tiny.yaml"

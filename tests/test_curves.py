@@ -21,10 +21,12 @@ from hypothesis import strategies as st
 from optimizer.configs import (
     BYTES_PER_VALUE,
     hardware,
-    kv_bytes_per_token as workload_kv_bytes_per_token,
     make_replica,
     model_shape,
     parallel_degrees,
+)
+from optimizer.configs import (
+    kv_bytes_per_token as workload_kv_bytes_per_token,
 )
 from optimizer.curves.cache import (
     cache_kv_share,

@@ -19,7 +19,12 @@ from optimizer.curves.batching import (
     marginal_usd_per_million_tokens,
     operating_batch,
 )
-from optimizer.curves.lengths import MAX_P99_OVER_MEAN, Z99, LengthDistribution, service_moments
+from optimizer.curves.lengths import (
+    MAX_P99_OVER_MEAN,
+    Z99,
+    LengthDistribution,
+    service_moments,
+)
 from optimizer.curves.memory import max_concurrency
 from optimizer.curves.roofline import decode_step_parts, decode_step_time_s
 from optimizer.curves.speculative import (

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-import optimizer.plan as plan_module
+import optimizer.folder.write as write_module
+import optimizer.pipeline as pipeline_module
 from optimizer.cli import main
 from optimizer.errors import NumericalTroubleError
 from optimizer.scenario import DATA_DIR
@@ -54,7 +55,7 @@ def test_6_numerical_trouble_writes_nothing(tmp_path, monkeypatch, capsys):
     def trouble(*args, **kwargs):
         raise NumericalTroubleError("HiGHS stopped with an error during the plan solve and no solution")
 
-    monkeypatch.setattr(plan_module, "solve", trouble)
+    monkeypatch.setattr(pipeline_module, "solve", trouble)
     out = tmp_path / "p"
     assert main(["plan", str(TINY), "--out", str(out), "--quiet"]) == 6
     assert not out.exists()
@@ -65,7 +66,7 @@ def test_130_interrupted_while_writing_leaves_nothing(tmp_path, monkeypatch):
     def interrupt(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(plan_module, "_write_xlsx", interrupt)
+    monkeypatch.setattr(write_module, "_write_xlsx", interrupt)
     out = tmp_path / "p"
     assert main(["plan", str(TINY), "--out", str(out), "--quiet"]) == 130
     assert not out.exists() and not _leftovers(tmp_path)
@@ -75,7 +76,7 @@ def test_130_interrupted_keeps_the_previous_plan(tmp_path, monkeypatch):
     out = tmp_path / "p"
     assert main(["plan", str(TINY), "--out", str(out), "--quiet", "--no-report"]) == 0
     before = (out / "summary.json").read_bytes()
-    monkeypatch.setattr(plan_module, "_write_xlsx", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+    monkeypatch.setattr(write_module, "_write_xlsx", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
     assert main(["plan", str(TINY), "--out", str(out), "--quiet", "--set", "demand.scale=2"]) == 130
     assert (out / "summary.json").read_bytes() == before
     assert not _leftovers(tmp_path)

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from optimizer.cli import main
-from optimizer.plan import make_plan
+from optimizer.pipeline import make_plan
 
 TINY = Path(__file__).parent / "data" / "tiny.yaml"
 HORIZONS = {

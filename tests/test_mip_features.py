@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.plan import make_plan
+from optimizer.pipeline import make_plan
 
 DATA = Path(__file__).parent / "data"
 
@@ -83,8 +83,8 @@ def test_a_workloads_own_peak_factor_sizes_its_pools():
     shared = make_plan(DATA / "tiny.yaml", ["demand.peak_to_mean_intra_hour=2.0"], exact=True)
     assert own.summary["total_cost_usd"] > base.summary["total_cost_usd"]
     assert own.summary["total_cost_usd"] == pytest.approx(shared.summary["total_cost_usd"], rel=1e-9)
-    from optimizer.scenario import load_scenario
     from optimizer.curves.queueing import capacity_table
+    from optimizer.scenario import load_scenario
 
     s, _ = load_scenario(DATA / "tiny.yaml", ["workloads.code-completion.peak_to_mean_intra_hour=2.0"])
     assert s.peak_to_mean("code-completion") == 2.0

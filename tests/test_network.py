@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from PIL import Image
+from small import SMALL
 
 from optimizer.cli import main
 from optimizer.errors import ScenarioError
@@ -28,8 +29,6 @@ from optimizer.network import (
 )
 from optimizer.report.maps import LAND
 from optimizer.scenario import DATA_DIR, NetworkSpec, load_scenario
-from small import SMALL
-
 
 # Catalogue coordinates (data/metros.csv, data/sites.csv)
 CHICAGO = (41.8373, -87.6862)

@@ -11,6 +11,7 @@ from small import SMALL
 
 from optimizer.cli import main
 from optimizer.demand import build_slices
+from optimizer.folder.write import write_plan
 from optimizer.instance import build_instance
 from optimizer.network import build_graph, rtt_matrix
 from optimizer.operate import (
@@ -20,7 +21,7 @@ from optimizer.operate import (
     operate_plan,
     operate_year,
 )
-from optimizer.plan import make_plan, settings_from, write_plan
+from optimizer.pipeline import make_plan, settings_from
 from optimizer.scenario import DATA_DIR, load_scenario
 from optimizer.solve import plan_cost, solve
 from optimizer.solve.operating import reoperate_slices
@@ -31,7 +32,7 @@ US_EAST = DATA_DIR / "scenarios" / "us-east.yaml"
 @pytest.fixture(scope="module")
 def planned(tmp_path_factory):
     """The us-east plan as a folder, and the same solve kept in memory."""
-    folder = write_plan(make_plan(US_EAST), tmp_path_factory.mktemp("operate") / "plan", report=False)
+    folder = write_plan(make_plan(US_EAST), tmp_path_factory.mktemp("operate") / "plan")
     s, raw = load_scenario(US_EAST)
     inst = build_instance(s, rtt_matrix(build_graph(s, raw.path.parent), s))
     return folder, s, inst, solve(inst, settings_from(s)).solution

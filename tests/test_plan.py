@@ -12,7 +12,9 @@ import pytest
 
 from optimizer.cli import main
 from optimizer.errors import InfeasibleError
-from optimizer.plan import make_plan, read_plan, write_plan
+from optimizer.folder.read import read_plan
+from optimizer.folder.write import write_plan
+from optimizer.pipeline import make_plan
 
 TINY = Path(__file__).parent / "data" / "tiny.yaml"
 

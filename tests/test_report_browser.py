@@ -22,8 +22,7 @@ from chromium import WAIT_FOR_RENDERED, Chromium, find_chromium
 
 from optimizer.cli import main
 from optimizer.compare import compare, write_comparison
-from optimizer.report import SECTIONS
-from optimizer.report import compare_page, sweep_page
+from optimizer.report import SECTIONS, compare_page, sweep_page
 
 SECTION_STATE = """Array.from(document.querySelectorAll("main > section")).map(function (s) {
   var figures = Array.from(s.querySelectorAll("figure.chart"));

@@ -15,7 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from matplotlib.path import Path as Outline
 
-from optimizer.report import charts, formatting as f
+from optimizer.report import charts
+from optimizer.report import formatting as f
 from optimizer.report.folder import read_folder
 from optimizer.report.land import LAND_FILE, decode_arcs, load_land, ring
 from optimizer.report.maps import flows_data, metros_data, sites_data

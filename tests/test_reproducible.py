@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from optimizer.cli import main
-from optimizer.plan import TIMING_FIELDS
+from optimizer.folder.write import TIMING_FIELDS
 
 DATA = Path(__file__).parent / "data"
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tree import changes, snapshot
 
 from optimizer.cli import build_parser, main
-from tree import changes, snapshot
 
 TINY = Path(__file__).parent / "data" / "tiny.yaml"
 

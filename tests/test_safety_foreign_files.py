@@ -8,9 +8,9 @@ import os
 from pathlib import Path
 
 import pytest
+from small import SMALL
 
 from optimizer.cli import main
-from small import SMALL
 
 METRO_HEADER = "id,name,lat,lon,utc_offset_hours,population"
 CHICAGO = "chicago,Chicago,41.8373,-87.6862,-6,8604203"

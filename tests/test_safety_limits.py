@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from small import SMALL
+from tree import changes, snapshot
 
 from optimizer.cli import main
 from optimizer.demand import build_demand, build_slices, total_per_slice
 from optimizer.scenario import load_scenario
-from small import SMALL
-from tree import changes, snapshot
 
 TINY = Path(__file__).parent / "data" / "tiny.yaml"
 

@@ -15,11 +15,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from tree import changes, snapshot
 
-import optimizer.plan as plan_module
+import optimizer.folder.write as write_module
+import optimizer.pipeline as pipeline_module
 from optimizer.cli import main
 from optimizer.outputs import Terminated, terminate_as_interrupt
-from tree import changes, snapshot
 
 TINY = Path(__file__).parent / "data" / "tiny.yaml"
 
@@ -40,7 +41,7 @@ def no_solve(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the solve started although the output target is refused")
 
-    monkeypatch.setattr(plan_module, "solve", refuse)
+    monkeypatch.setattr(pipeline_module, "solve", refuse)
 
 
 @pytest.fixture(scope="module")
@@ -225,7 +226,7 @@ def test_interrupted_or_terminated_writes_leave_nothing(work, monkeypatch, capsy
         def stop(*args, **kwargs):
             raise signal_like()
 
-        monkeypatch.setattr(plan_module, "_write_xlsx", stop)
+        monkeypatch.setattr(write_module, "_write_xlsx", stop)
         before = snapshot(work)
         assert main(["plan", "tiny.yaml", "--out", "p", "--quiet"]) == code
         assert changes(before, snapshot(work)) == []

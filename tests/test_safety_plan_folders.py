@@ -16,9 +16,9 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tree import changes, snapshot
 
 from optimizer.cli import main
-from tree import changes, snapshot
 
 TINY = Path(__file__).parent / "data" / "tiny.yaml"
 COMMANDS = {

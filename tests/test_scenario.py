@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from small import SMALL
 
 from optimizer.cli import main
 from optimizer.errors import ScenarioError
 from optimizer.scenario import apply_overrides, load_raw, load_scenario, validate
-from small import SMALL
-
 
 METROS_CSV = (
     "id,name,lat,lon,utc_offset_hours,population\n"

@@ -4,10 +4,10 @@ was expected."""
 from __future__ import annotations
 
 import pytest
+from small import SMALL
 
 from optimizer.errors import ScenarioError
 from optimizer.scenario import load_raw, load_scenario
-from small import SMALL
 
 
 def error_of(path, overrides=None) -> ScenarioError:

@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from optimizer.cli import main
-from optimizer.plan import make_plan, write_plan
+from optimizer.folder.write import write_plan
+from optimizer.pipeline import make_plan
 from optimizer.scenario import DATA_DIR
 from optimizer.stress import stress
 
@@ -18,8 +19,8 @@ US_EAST = DATA_DIR / "scenarios" / "us-east.yaml"
 @pytest.fixture(scope="module")
 def plans(tmp_path_factory):
     root = tmp_path_factory.mktemp("stress")
-    nominal = write_plan(make_plan(US_EAST), root / "nominal", report=False)
-    robust = write_plan(make_plan(US_EAST, robust=True), root / "robust", report=False)
+    nominal = write_plan(make_plan(US_EAST), root / "nominal")
+    robust = write_plan(make_plan(US_EAST, robust=True), root / "robust")
     return nominal, robust
 
 

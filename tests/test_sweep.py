@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from optimizer import sweep as sweep_module
-from optimizer.plan import make_plan
+from optimizer.pipeline import make_plan
 from optimizer.sweep import parse_values, runs_of, sweep
 
 TINY = Path(__file__).parent / "data" / "tiny.yaml"

@@ -21,7 +21,8 @@ from optimizer.curves.queueing import erlang_c, wait_quantile_s
 from optimizer.curves.roofline import decode_step_time_s, prefill_time_s
 from optimizer.curves.speculative import expected_tokens_per_step
 from optimizer.errors import ScenarioError
-from optimizer.plan import make_plan, write_plan
+from optimizer.folder.write import write_plan
+from optimizer.pipeline import make_plan
 from optimizer.scenario import load_scenario
 from optimizer.verify import (
     ConstantSteps,
@@ -33,7 +34,7 @@ from optimizer.verify import (
     verify_plan,
     write_verify,
 )
-from optimizer.verify.engine import TabulatedSteps, _PoolSim
+from optimizer.verify.engine import TabulatedSteps, PoolSim
 
 TINY = Path(__file__).parent / "data" / "tiny.yaml"
 HETERO = Path(__file__).parent / "data" / "hetero.yaml"
@@ -205,13 +206,13 @@ def test_the_limit_check_catches_an_admission_that_under_reserves_kv(h100_70b, m
     _, _, r = h100_70b
     arrivals, prompt, output = _long_requests(800)
     spec = PoolSpec(1, 256, kv_budget_bytes(r), r.kv_bytes_per_token, TabulatedSteps(StepModel(r)))
-    init = _PoolSim.__init__
+    init = PoolSim.__init__
 
     def under_reserving(self, *args, **kw):
         init(self, *args, **kw)
         self.need = [x / 10 for x in self.need]
 
-    monkeypatch.setattr(_PoolSim, "__init__", under_reserving)
+    monkeypatch.setattr(PoolSim, "__init__", under_reserving)
     with pytest.raises(InvariantError, match="KV held"):
         simulate_pool(spec, arrivals, prompt, output, check=True)
 

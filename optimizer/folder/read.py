@@ -30,6 +30,8 @@ import pandas as pd
 from optimizer.errors import Origin, ScenarioError
 from optimizer.folder.schema import TABLE_COLUMNS, Column
 from optimizer.outputs import unescape_text
+from optimizer.results import Plan
+from optimizer.scenario import RawScenario, Scenario, validate
 from optimizer.sources import read_text
 
 REQUIRED = ("summary.json", "scenario.json") + tuple(f"{name}.csv" for name in TABLE_COLUMNS)
@@ -142,6 +144,21 @@ def read_folder(plan_dir) -> tuple[dict, dict, dict[str, pd.DataFrame]]:
     data = _json_object(d / "scenario.json", "the plan's resolved scenario")
     tables = {name: read_table(d / f"{name}.csv", cols) for name, cols in TABLE_COLUMNS.items()}
     return summary, data, tables
+
+
+def read_plan(plan_dir: str | Path) -> Plan:
+    """A plan folder as an input: every file checked, the tables against the scenario and
+    each other (steps 1–4 of the module docstring); the first problem is an error naming
+    file, row and column."""
+    d = Path(plan_dir)
+    summary, data, tables = read_folder(d)
+    check_consistency(d, validate(RawScenario(data, {}, d / "scenario.json")), tables)
+    return Plan(summary, tables, data)
+
+
+def scenario_of(plan: Plan, plan_dir: str | Path) -> Scenario:
+    """The validated scenario a plan folder records (its scenario.json)."""
+    return validate(RawScenario(plan.scenario_data, {}, Path(plan_dir) / "scenario.json"))
 
 
 # ---------------------------------------------------------------------------- consistency

@@ -3,7 +3,7 @@ it was planned from (scenario.json), and the outputs of the later checks when th
 `fleetplan verify` (summary.json → verification), `fleetplan stress` (stress.json) and
 `fleetplan operate` (operations.json, operations_sites.csv).
 
-The plan folder itself is read as every command reads it (`optimizer.plan.read_plan`: every
+The plan folder itself is read as every command reads it (`optimizer.folder.read`: every
 file checked). The later checks' outputs are optional: missing or unreadable, the folder
 records why, and the sections that need them say so instead of failing."""
 
@@ -16,7 +16,8 @@ from pathlib import Path
 import pandas as pd
 
 from optimizer.demand import build_slices
-from optimizer.plan import Plan, read_plan, scenario_of
+from optimizer.folder.read import read_plan, scenario_of
+from optimizer.results import Plan
 from optimizer.scenario import Scenario
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import networkx as nx
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -28,6 +29,7 @@ from optimizer.report.drawing import (
 )
 from optimizer.report.folder import MissingInput, PlanFolder
 from optimizer.report.land import Land, load_land
+from optimizer.scenario import Scenario
 
 TIER_COLOURS = ["#1a9850", "#4575b4", "#fdae61", "#d73027", "#762a83", "#8c510a"]
 LAND, COAST, BORDER = "#efece6", "#8f8f8f", "#b9b4aa"
@@ -227,3 +229,39 @@ def _interactive_points(fig: go.Figure, metros: pd.DataFrame, sites: pd.DataFram
                    for x, g in zip(sites["site"], sites["gpus_peak"])],
         hovertemplate="%{hovertext}<extra></extra>"))
     groups += [None, None]
+
+
+def network_map(g: nx.Graph, s: Scenario):
+    """`fleetplan network --plot`: metros, candidate sites and the latency backbone (the
+    graph's minimum spanning tree by one-way latency) over land and borders; a figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lon_range, lat_range, stretch = extent([p.lon for p in (*s.metros.values(), *s.sites.values())],
+                                           [p.lat for p in (*s.metros.values(), *s.sites.values())])
+    fig, ax = plt.subplots(figsize=(12, 6.5))
+    draw_land(ax, load_land().within(lon_range, lat_range))
+    for u, v in nx.minimum_spanning_tree(g, weight="one_way_ms").edges():
+        a, b = g.nodes[u], g.nodes[v]
+        if "lon" not in a or "lon" not in b:
+            continue
+        ax.plot([a["lon"], b["lon"]], [a["lat"], b["lat"]], color="0.8", lw=0.6, zorder=1)
+    ax.scatter([m.lon for m in s.metros.values()], [m.lat for m in s.metros.values()],
+               s=[8 + 3 * np.sqrt(m.population / 1e5) for m in s.metros.values()], color="tab:orange",
+               alpha=0.8, label="metro (size: population)", zorder=2)
+    ax.scatter([x.lon for x in s.sites.values()], [x.lat for x in s.sites.values()], marker="s", s=60,
+               color="tab:green", edgecolor="k", label="candidate site", zorder=3)
+    for x in s.sites.values():
+        ax.annotate(x.id, (x.lon, x.lat), xytext=(4, 4), textcoords="offset points", fontsize=7)
+    ax.set_xlim(*lon_range)
+    ax.set_ylim(*lat_range)
+    ax.set_aspect(stretch)
+    ax.set_xlabel("longitude (°)")
+    ax.set_ylabel("latitude (°)")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower left", fontsize=8)
+    ax.set_title(f"{s.name}: metros, sites and latency backbone")
+    fig.tight_layout()
+    return fig

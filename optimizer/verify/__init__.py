@@ -66,12 +66,27 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from optimizer.errors import Origin, ScenarioError
+from optimizer.errors import Origin, ScenarioError, shorten
+from optimizer.folder.read import read_plan, scenario_of
 from optimizer.outputs import write_csv, write_text_atomic
-from optimizer.scenario import shorten
-from optimizer.verify.engine import ConstantSteps, InvariantError, PoolSpec, StepModel, fifo_pool, simulate_pool
-from optimizer.verify.group import (Group, GroupResult, Options, PlanModel, Pool, Route, hist_quantile,
-                                    simulate_group)
+from optimizer.verify.engine import (
+    ConstantSteps,
+    InvariantError,
+    PoolSpec,
+    StepModel,
+    fifo_pool,
+    simulate_pool,
+)
+from optimizer.verify.group import (
+    Group,
+    GroupResult,
+    Options,
+    PlanModel,
+    Pool,
+    Route,
+    hist_quantile,
+    simulate_group,
+)
 
 ENGINE = "own event loop"
 COLUMNS = ["requests", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "ttft_p99_ms_predicted",
@@ -175,8 +190,6 @@ _WORKER: dict = {}
 
 
 def _load_model(plan_dir, exact_steps=False) -> PlanModel:
-    from optimizer.plan import read_plan, scenario_of
-
     plan = read_plan(plan_dir)
     return PlanModel(scenario_of(plan, plan_dir), plan.tables["curves"], exact_steps)
 
@@ -208,8 +221,6 @@ def verify_plan(plan_dir, slices="peak", requests=20000, seed=0, progress=None, 
     opt = Options(**vars(options)) if options is not None else Options()
     if prefill_batch_tokens is not None:
         opt.prefill_batch_tokens = int(prefill_batch_tokens)
-    from optimizer.plan import read_plan, scenario_of
-
     plan = read_plan(plan_dir)
     s = scenario_of(plan, plan_dir)
     groups = plan_groups(plan.tables, slices)

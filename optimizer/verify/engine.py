@@ -274,7 +274,7 @@ def simulate_pool(spec: PoolSpec, arrivals, prompt, output, cached=None, rng=Non
     rep_of = np.full(total, -1, np.int64)
     first = np.full(total, -1, np.int64)
     last = np.full(total, -1, np.int64)
-    sim = _PoolSim(spec, prompt.tolist(), output.tolist(), cached.tolist(), rng, check, rep_of, first, last)
+    sim = PoolSim(spec, prompt.tolist(), output.tolist(), cached.tolist(), rng, check, rep_of, first, last)
     sim.warm_start(init_rep.tolist(), n)
     order = np.argsort(arr, kind="stable")
     sim.run(arr[order].tolist(), order.tolist())
@@ -283,7 +283,7 @@ def simulate_pool(spec: PoolSpec, arrivals, prompt, output, cached=None, rng=Non
                        [np.concatenate(r.log_e) if r.log_e else np.zeros(0) for r in sim.reps])
 
 
-class _PoolSim:
+class PoolSim:
     def __init__(self, spec: PoolSpec, prompt, output, cached, rng, check, rep_of, first, last):
         self.spec = spec
         self.steps = spec.steps

@@ -29,7 +29,13 @@ from optimizer.curves.lengths import LengthDistribution
 from optimizer.curves.memory import kv_budget_bytes, kv_replication
 from optimizer.curves.roofline import prefill_time_s
 from optimizer.curves.speculative import expected_tokens_per_step
-from optimizer.verify.engine import PoolSpec, StepModel, TabulatedSteps, fifo_pool, simulate_pool
+from optimizer.verify.engine import (
+    PoolSpec,
+    StepModel,
+    TabulatedSteps,
+    fifo_pool,
+    simulate_pool,
+)
 
 # ITL histogram: bin 0 holds zero gaps (tokens of one speculative step after its first);
 # bin i ≥ 1 holds gaps in [G0·R^(i−1), G0·R^i) ms — quantiles are read to within 0.1 %.

@@ -1,0 +1,102 @@
+"""Writing a plan folder: every table as CSV (spreadsheet-safe, columns in schema order),
+summary.json, scenario.json and plan.xlsx, into a temporary folder renamed into place.
+
+Plan folder:
+  summary.json        headline figures (costs, $/M tokens, goodput, gap, status, versions)
+  procurement.csv     (site, gpu): committed and on-demand nodes, cost lines; + egress row
+  pools.csv           (site, workload, tier, role, gpu, config, state): replicas and load
+  routing.csv         (metro, site, workload, tier, period, day_type, hour): requests/s, RTT
+  slo.csv             (metro, workload, site, tier): predicted p99 TTFT/ITL and the breakdown
+  curves.csv          every serving config the plan uses, with its curve figures
+  scenario.json       the resolved scenario (every table), from which the plan can be redone
+  plan.xlsx           the same tables as sheets
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import zipfile
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from optimizer.folder.schema import TABLE_COLUMNS, TABLES
+from optimizer.outputs import (
+    PLAN,
+    folder_target,
+    replace_folder,
+    spreadsheet_safe,
+    temp_sibling,
+)
+from optimizer.results import Plan
+
+TIMING_FIELDS = ("solve_seconds", "build_seconds", "handoff_seconds", "wall_seconds", "steps")
+FIXED_DATE = datetime(2000, 1, 1)
+
+
+def write_plan(plan: Plan, out_dir: str | Path, inputs=(), extras=()) -> Path:
+    """Write the plan folder atomically: everything goes to a temporary sibling folder, which
+    then replaces ``out_dir`` in one rename; an interrupted write leaves nothing behind.
+    ``out_dir`` must be absent, empty or a previous plan folder (`optimizer.outputs`), and
+    hold none of the run's ``inputs``. Each of ``extras`` is called with the temporary folder
+    before the rename — the command line passes the report writer there."""
+    out = folder_target(out_dir, PLAN, inputs=inputs)
+    tmp = temp_sibling(out, folder=True)
+    try:
+        (tmp / "summary.json").write_text(json.dumps(plan.summary, indent=2, sort_keys=True, default=_json) + "\n")
+        (tmp / "scenario.json").write_text(json.dumps(plan.scenario_data, indent=1, sort_keys=True, default=str) + "\n")
+        for name in TABLES:
+            spreadsheet_safe(_in_schema_order(plan.tables[name], name)).to_csv(tmp / f"{name}.csv", index=False,
+                                                                               float_format="%.12g")
+        _write_xlsx(plan, tmp / "plan.xlsx")
+        for extra in extras:
+            extra(tmp)
+        replace_folder(tmp, folder_target(out, PLAN, inputs=inputs))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _in_schema_order(frame: pd.DataFrame, name: str) -> pd.DataFrame:
+    """The table's columns as the schema lists them (an empty table keeps its header)."""
+    known = [c.name for c in TABLE_COLUMNS[name]]
+    return frame.reindex(columns=known + [c for c in frame.columns if c not in known])
+
+
+def _write_xlsx(plan: Plan, path: Path) -> None:
+    """The tables as sheets. Zip entries and document properties carry a fixed date, so the
+    same plan gives the same bytes."""
+    raw = path.with_suffix(".raw.xlsx")
+    with pd.ExcelWriter(raw, engine="openpyxl") as xl:
+        xl.book.properties.created = xl.book.properties.modified = FIXED_DATE
+        fields = sorted((k, json.dumps(v, default=_json) if isinstance(v, (dict, list)) else v)
+                        for k, v in plan.summary.items() if k not in TIMING_FIELDS)
+        pd.DataFrame(fields, columns=["field", "value"]).to_excel(xl, sheet_name="summary", index=False)
+        for name in TABLES:
+            plan.tables[name].to_excel(xl, sheet_name=name, index=False)
+        for sheet in xl.book.worksheets:  # text such as a name "=HYPERLINK(…)" stays text, never a formula
+            for row in sheet.iter_rows():
+                for cell in row:
+                    if cell.data_type == "f":
+                        cell.data_type = "s"
+    stamp = FIXED_DATE.strftime("%Y-%m-%dT%H:%M:%SZ").encode()
+    with zipfile.ZipFile(raw) as src, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            data = src.read(info.filename)
+            if info.filename == "docProps/core.xml":  # openpyxl stamps the save time here
+                data = re.sub(rb'(<dcterms:modified[^>]*>)[^<]*', rb"\g<1>" + stamp, data)
+            dst.writestr(zipfile.ZipInfo(info.filename, date_time=FIXED_DATE.timetuple()[:6]), data)
+    raw.unlink()
+
+
+def _json(x):
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.floating,)):
+        return float(x)
+    return str(x)

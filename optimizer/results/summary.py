@@ -1,0 +1,176 @@
+"""The plan's summary.json: status, cost and bound, cost per million goodput tokens (overall
+and per workload), goodput, tokens per MW, reserved share, utilisation, predicted attainment,
+GPUs by type, the hand-made baseline, token billing, timings and versions."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from importlib.metadata import version
+
+import numpy as np
+import pandas as pd
+
+from optimizer.baseline import baseline
+from optimizer.billing import token_billing
+from optimizer.costing import unserved_penalty_usd
+from optimizer.curves.economics import cost_per_million_tokens_usd
+from optimizer.instance import Instance
+from optimizer.scenario import RawScenario, Scenario
+from optimizer.solve import SolveResult, SolverSettings
+from optimizer.units import HOURS_PER_YEAR, SECONDS_PER_HOUR
+
+SECONDS_PER_YEAR = HOURS_PER_YEAR * SECONDS_PER_HOUR
+
+
+def versions() -> dict[str, str]:
+    out = {}
+    for dist in ("fleetplan", "pyomo", "highspy"):
+        try:
+            out[dist] = version(dist)
+        except Exception:  # a development tree without installed metadata
+            out[dist] = "unknown"
+    return out
+
+
+def plan_summary(s: Scenario, raw: RawScenario, inst: Instance, result: SolveResult,
+                 tables: dict[str, pd.DataFrame], settings: SolverSettings) -> dict:
+    sol = result.solution
+    weight = {st.id: st.weight_hours for st in inst.states}
+    proc = tables["procurement"]
+    total = float(proc["cost_usd"].sum())
+    served_tokens: dict[str, float] = {k: 0.0 for k in inst.workloads}
+    peak_tokens: dict[int, float] = {}
+    for (m, site, k, tier, sid), x in sol.routes.items():
+        if weight[sid] > 0:
+            tokens = x * inst.output_tokens[k]
+            served_tokens[k] += tokens * weight[sid] * SECONDS_PER_HOUR
+            peak_tokens[sid] = peak_tokens.get(sid, 0.0) + tokens
+    slice_hours = inst.slices["weight_hours"].to_dict()
+    demand_req = sum(lam * SECONDS_PER_HOUR * slice_hours[t] for (_, _, t), lam in inst.demand.items())
+    unserved_req = sum(u * SECONDS_PER_HOUR * weight[sid] for (_, _, sid), u in sol.unserved.items() if weight[sid] > 0)
+    annual_tokens = sum(served_tokens.values())
+    node_hours, gpu_hours_committed, gpu_hours_ondemand, facility_mwh = _fleet_hours(inst, sol)
+    replica_gpu_hours = sum(inst.pools[pid].gpus * n * weight[sid] for (pid, sid), n in sol.replicas.items())
+    by_workload = _cost_by_workload(inst, sol, proc)
+    input_gpu_hours, gpu_hours = _gpu_hours_by_workload(inst, sol)
+    base = baseline(inst)
+    summary = {
+        "scenario": s.name,
+        "scenario_sha256": raw.sha256(),
+        "overrides": list(raw.overrides),
+        "status": result.status,
+        "proven_within_gap": result.status == "optimal",
+        "objective_usd": result.objective_usd,
+        "best_bound_usd": result.best_bound_usd,
+        "mip_gap": result.mip_gap,
+        "mip_gap_target": settings.mip_gap,
+        "mode": "exact" if result.exact else "master+repair",
+        "total_cost_usd": total,
+        "unserved_penalty_usd": unserved_penalty_usd(inst, sol),
+        "cost_per_million_tokens_usd": float(cost_per_million_tokens_usd(total / HOURS_PER_YEAR, annual_tokens / SECONDS_PER_YEAR))
+        if annual_tokens else None,
+        "cost_per_million_tokens_usd_by_workload": {
+            k: (by_workload[k] / served_tokens[k] * 1e6 if served_tokens[k] else None) for k in inst.workloads},
+        "cost_usd_by_workload": by_workload,
+        "token_billing": token_billing(s, by_workload, served_tokens, input_gpu_hours, gpu_hours),
+        "goodput_tokens_per_s_avg": annual_tokens / SECONDS_PER_YEAR,
+        "goodput_tokens_per_s_peak": max(peak_tokens.values(), default=0.0),
+        "tokens_per_s_per_mw": (annual_tokens / SECONDS_PER_YEAR) / (facility_mwh / HOURS_PER_YEAR) if facility_mwh else None,
+        "unserved_fraction": unserved_req / demand_req if demand_req else 0.0,
+        "reserved_share_of_gpu_hours": gpu_hours_committed / (gpu_hours_committed + gpu_hours_ondemand)
+        if gpu_hours_committed + gpu_hours_ondemand else 0.0,
+        "average_utilization": replica_gpu_hours / (gpu_hours_committed + gpu_hours_ondemand)
+        if gpu_hours_committed + gpu_hours_ondemand else 0.0,
+        "predicted_ttft_attainment": _attainment(tables["slo"], tables["routing"], "ttft"),
+        "predicted_itl_attainment": _attainment(tables["slo"], tables["routing"], "itl"),
+        "gpus_by_type_peak": _gpus_by_type(inst, sol),
+        "baseline_cost_usd": base.total_cost_usd if base else None,
+        "baseline_gpu_by_workload": base.gpu_by_workload if base else None,
+        "baseline_cost_usd_by_workload": base.cost_usd_by_workload if base else None,
+        "savings_vs_baseline": 1 - total / base.total_cost_usd if base and base.total_cost_usd else None,
+        "repair_violations": list(sol.violations),
+        "solve_seconds": result.solve_seconds,
+        "build_seconds": result.build_seconds,
+        "handoff_seconds": result.handoff_seconds,
+        "model_size": result.model_size,
+        "steps": [asdict(st) for st in result.steps],
+        "versions": versions(),
+        "settings": asdict(settings),
+    }
+    return summary
+
+
+def _fleet_hours(inst: Instance, sol):
+    weight = {st.id: st.weight_hours for st in inst.states}
+    committed = {}
+    for (s, g, _), n in sol.committed.items():
+        committed[(s, g)] = committed.get((s, g), 0) + n
+    node_hours = sum(n * HOURS_PER_YEAR for n in committed.values()) + sum(n * weight[sid] for (_, _, sid), n in sol.ondemand.items())
+    gpu_c = sum(n * HOURS_PER_YEAR * inst.gpus_per_node[g] for (s, g), n in committed.items())
+    gpu_o = sum(n * weight[sid] * inst.gpus_per_node[g] for (s, g, sid), n in sol.ondemand.items())
+    mwh = sum(n * HOURS_PER_YEAR * inst.node_kw[g] * inst.pue[s] / 1000 for (s, g), n in committed.items())
+    mwh += sum(n * weight[sid] * inst.node_kw[g] * inst.pue[s] / 1000 for (s, g, sid), n in sol.ondemand.items())
+    return node_hours, gpu_c, gpu_o, mwh
+
+
+def _cost_by_workload(inst: Instance, sol, proc: pd.DataFrame) -> dict[str, float]:
+    """Each (site, accelerator)'s cost split by the workloads' replica GPU-hours there (idle
+    capacity shared in the same proportion); egress by each workload's served output."""
+    weight = {st.id: st.weight_hours for st in inst.states}
+    share: dict = {}
+    for (pid, sid), n in sol.replicas.items():
+        p = inst.pools[pid]
+        share.setdefault((p.site, p.gpu), {}).setdefault(p.workload, 0.0)
+        share[(p.site, p.gpu)][p.workload] += n * p.gpus * weight[sid]
+    out = {k: 0.0 for k in inst.workloads}
+    for row in proc.itertuples():
+        if row.gpu == "egress":
+            continue
+        parts = share.get((row.site, row.gpu), {})
+        total = sum(parts.values())
+        for k, v in parts.items():
+            out[k] += row.cost_usd * v / total
+    egress = {k: 0.0 for k in inst.workloads}
+    for (m, site, k, tier, sid), x in sol.routes.items():
+        egress[k] += SECONDS_PER_HOUR * weight[sid] * inst.egress_usd_per_request[k] * x
+    return {k: out[k] + egress[k] for k in inst.workloads}
+
+
+def _gpu_hours_by_workload(inst: Instance, sol) -> tuple[dict[str, float], dict[str, float]]:
+    """(prompt GPU-hours, all replica GPU-hours) per workload in the year; a colocated
+    replica's hours are split by its config's estimated input share."""
+    weight = {st.id: st.weight_hours for st in inst.states}
+    prompt = {k: 0.0 for k in inst.workloads}
+    every = {k: 0.0 for k in inst.workloads}
+    for (pid, sid), n in sol.replicas.items():
+        p = inst.pools[pid]
+        hours = n * p.gpus * weight[sid]
+        every[p.workload] += hours
+        prompt[p.workload] += hours * p.config.input_share
+    return prompt, every
+
+
+def _gpus_by_type(inst: Instance, sol) -> dict[str, int]:
+    """GPUs provisioned (committed + on-demand) by type, in the busiest slice."""
+    committed = {}
+    for (s, g, _), n in sol.committed.items():
+        committed[g] = committed.get(g, 0) + n * inst.gpus_per_node[g]
+    best = {}
+    for st in inst.states:
+        if st.lost_site is not None:
+            continue
+        for g in inst.gpus:
+            od = sum(n for (s, gg, sid), n in sol.ondemand.items() if gg == g and sid == st.id) * inst.gpus_per_node[g]
+            best[g] = max(best.get(g, 0), committed.get(g, 0) + od)
+    return {g: int(v) for g, v in best.items() if v}
+
+
+def _attainment(slo: pd.DataFrame, routing: pd.DataFrame, what: str) -> float:
+    """Share of served requests on arcs whose predicted p99 meets the objective."""
+    if slo.empty or routing.empty:
+        return 1.0
+    ok = slo[f"{what}_p99_ms_predicted"] <= slo[f"{what}_p99_ms_objective"] + 1e-6
+    good = set(map(tuple, slo.loc[ok, ["metro", "workload", "site", "tier"]].to_numpy()))
+    key = list(map(tuple, routing[["metro", "workload", "site", "tier"]].to_numpy()))
+    mask = np.array([k in good for k in key])
+    return float(routing.loc[mask, "requests_per_s"].sum() / routing["requests_per_s"].sum())

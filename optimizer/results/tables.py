@@ -1,0 +1,80 @@
+"""The plan's tables: pools (replicas and load per pool and state), routing (requests/s per
+arc and slice, with its round trip), slo (predicted p99s, `latency`) and curves (every
+serving config used, with its curve figures); procurement comes from `optimizer.costing`."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import pandas as pd
+
+from optimizer.costing import procurement_table
+from optimizer.curves.queueing import wait_quantile_s
+from optimizer.instance import Instance
+from optimizer.results.latency import slo_table
+from optimizer.scenario import Scenario
+from optimizer.solve import SolveResult
+from optimizer.units import MS_PER_S, Regime
+
+
+def slice_columns(inst: Instance) -> dict[int, dict]:
+    """Per state id: its slice's period, day type and hour, and the site it has lost."""
+    rows = {t: (r.period, r.day_type, int(r.hour)) for t, r in zip(inst.slices.index, inst.slices.itertuples())}
+    return {st.id: dict(zip(("period", "day_type", "hour"), rows[st.slice]), lost_site=st.lost_site)
+            for st in inst.states}
+
+
+def _pool_wait_ms(inst: Instance, s: Scenario, pool, load: float, n: int) -> float:
+    if pool.table is None or n == 0:
+        return 0.0
+    q = s.workloads[pool.workload].slo_attainment
+    c = pool.config
+    return float(wait_quantile_s(pool.peak_to_mean * load, n, c.service_mean_s, c.service_scv, q)) * MS_PER_S
+
+
+def plan_tables(s: Scenario, inst: Instance, result: SolveResult) -> dict[str, pd.DataFrame]:
+    sol = result.solution
+    slice_of = slice_columns(inst)
+    pools = []
+    for (pid, sid), n in sorted(sol.replicas.items()):
+        p = inst.pools[pid]
+        load = sol.flows.get((pid, sid), 0.0)
+        pools.append({
+            "site": p.site, "workload": p.workload, "tier": p.tier, "role": p.role, "speed": p.speed, "gpu": p.gpu,
+            "config": p.config.id, "gpus_per_replica": p.gpus, **slice_of[sid],
+            "replicas": n, "requests_per_s": load,
+            "p99_wait_ms": _pool_wait_ms(inst, s, p, load, n),
+            "queue_budget_ms": p.queue_budget_ms if p.table is not None else None,
+        })
+    routing = []
+    rtt = rtt_lookup(inst)
+    for (m, site, k, tier, sid), x in sorted(sol.routes.items()):
+        if inst.states[sid].lost_site is None:
+            routing.append({"metro": m, "site": site, "workload": k, "tier": tier, **slice_of[sid],
+                            "requests_per_s": x, "rtt_ms": rtt[(m, site)]})
+    routing_df = pd.DataFrame(routing, columns=["metro", "site", "workload", "tier", "period", "day_type", "hour",
+                                                "lost_site", "requests_per_s", "rtt_ms"]).drop(columns="lost_site")
+    pools_df = pd.DataFrame(pools)
+    return {
+        "procurement": procurement_table(inst, sol),
+        "pools": pools_df,
+        "routing": routing_df,
+        "slo": slo_table(s, inst, sol, pools_df),
+        "curves": _curves_table(inst, sol),
+    }
+
+
+def rtt_lookup(inst: Instance) -> dict:
+    return {(a.metro, a.site): a.rtt_ms for a in inst.arcs[Regime.NOMINAL]}
+
+
+def _curves_table(inst: Instance, sol) -> pd.DataFrame:
+    used = sorted({inst.pools[pid].config.id for (pid, _), n in sol.replicas.items() if n})
+    configs = {p.config.id: p.config for p in inst.pools}
+    rows = []
+    for cid in used:
+        c = asdict(configs[cid])
+        c["service_mean_ms"] = c.pop("service_mean_s") * MS_PER_S
+        c["nic_gb_s"] = c.pop("nic_bytes_per_s") / 1e9
+        rows.append(c)
+    return pd.DataFrame(rows)

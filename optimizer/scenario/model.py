@@ -1,0 +1,51 @@
+"""The validated scenario: every table and section, checked."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from optimizer.scenario.catalogue import (
+    Accelerator,
+    Metro,
+    Model,
+    Owned,
+    Price,
+    Site,
+    Supply,
+    Workload,
+)
+from optimizer.scenario.fields import Strict
+from optimizer.scenario.sections import (
+    Demand,
+    Horizon,
+    NetworkSpec,
+    Policy,
+    Robust,
+    Serving,
+)
+
+
+class Scenario(Strict):
+    name: str
+    description: str = ""
+    horizon: Horizon
+    accelerators: dict[str, Accelerator]
+    models: dict[str, Model]
+    price_provider: str
+    prices: dict[str, Price]
+    owned: dict[str, Owned]
+    metros: dict[str, Metro]
+    sites: dict[str, Site]
+    supply: dict[str, dict[str, Supply]]
+    workloads: dict[str, Workload]
+    diurnal: dict[str, list[float]]
+    demand: Demand
+    network: NetworkSpec
+    serving: Serving
+    policy: Policy
+    robust: Robust = Field(default_factory=Robust)
+
+    def peak_to_mean(self, workload: str) -> float:
+        """The intra-hour peak factor a workload's pools are sized for."""
+        own = self.workloads[workload].peak_to_mean_intra_hour
+        return own if own is not None else self.demand.peak_to_mean_intra_hour
