@@ -14,6 +14,7 @@ Exact mode:   replicas n[p,t] ∈ ℤ≥0 and, where the pool queues (prefill, c
 from __future__ import annotations
 
 from formulations.linear import Param
+from optimizer.units import Role
 
 
 def pool_states(inst, role: str, open_pools=None) -> list[tuple[int, int]]:
@@ -50,6 +51,6 @@ def add_pool_flows(build, role: str) -> dict:
             lp.add_row(f"{role}_size_one", key, [(choose[(*key, j)], 1.0) for j in sizes], upper=1.0)
             lp.add_row(f"{role}_slo", key, [(col, ptm)] + [(choose[(*key, j)], -float(p.table[j - 1])) for j in sizes],
                        upper=0.0)
-        if role in ("decode", "colocated"):
+        if role in (Role.DECODE, Role.COLOCATED):
             lp.add_row(f"{role}_decode_slots", key, [(col, ptm), (n, -p.decode_rps)], upper=0.0)
     return flow

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from optimizer.costing import Solution, procurement_table
 from optimizer.instance import NOMINAL, Instance, replicas_for
+from optimizer.units import Role
 
 
 @dataclass
@@ -31,7 +32,7 @@ def _assign(inst: Instance, k: str, gpu: str):
     colocated pool on ``gpu`` in a tier it can use (its own or looser); None when some metro
     with demand has none."""
     pools = {(p.site, p.tier): p for p in inst.pools
-             if p.role == "colocated" and p.regime == NOMINAL and p.workload == k and p.gpu == gpu}
+             if p.role == Role.COLOCATED and p.regime == NOMINAL and p.workload == k and p.gpu == gpu}
     out = {}
     by_metro = defaultdict(list)
     for a in inst.arcs[NOMINAL]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from optimizer.configs import ServingConfig
 from optimizer.curves.transfer import kv_transfer_time_s
 from optimizer.scenario import Scenario, Workload
-from optimizer.units import MS_PER_S, ServingMode
+from optimizer.units import MS_PER_S, Role, ServingMode
 
 
 @dataclass(frozen=True)
@@ -106,8 +106,8 @@ def colocated(w: Workload, s: Scenario, rtt_ms: float, config: ServingConfig) ->
 
 def best_waterfall(w: Workload, s: Scenario, rtt_ms: float, configs: list[ServingConfig], kv_bytes_per_token: float) -> Waterfall | None:
     """The path with the most queueing budget among ``configs`` (None if there are none)."""
-    prefill = [c for c in configs if c.role == "prefill"]
-    decode = [c for c in configs if c.role == "decode"]
-    options = [colocated(w, s, rtt_ms, c) for c in configs if c.role == "colocated"]
+    prefill = [c for c in configs if c.role == Role.PREFILL]
+    decode = [c for c in configs if c.role == Role.DECODE]
+    options = [colocated(w, s, rtt_ms, c) for c in configs if c.role == Role.COLOCATED]
     options += [disaggregated(w, s, rtt_ms, p, d, kv_bytes_per_token) for p in prefill for d in decode]
     return max(options, key=lambda f: f.queue_budget_ms, default=None)

@@ -38,6 +38,7 @@ from optimizer.curves.memory import kv_budget_bytes, kv_replication
 from optimizer.curves.roofline import decode_step_time_s, mixed_step_time_s
 from optimizer.errors import ScenarioError
 from optimizer.scenario import RawScenario, Scenario
+from optimizer.units import Role
 
 GB = 1e9
 
@@ -67,7 +68,7 @@ def _domain(s: Scenario, g: str) -> int:
 
 def _servable(configs) -> bool:
     roles = {c.role for c in configs}
-    return "colocated" in roles or {"prefill", "decode"} <= roles
+    return Role.COLOCATED in roles or {Role.PREFILL, Role.DECODE} <= roles
 
 
 def _check_workload(s: Scenario, raw: RawScenario, wid: str, gpus: list[str]) -> None:
@@ -144,7 +145,7 @@ def _check_workload(s: Scenario, raw: RawScenario, wid: str, gpus: list[str]) ->
             f"fastest p99 inter-token gap of {w.model} on the offered accelerators is {floor:.2f} ms ({where}, × "
             f"{sv.itl_tail_factor:g} tail factor); expected itl_p99_ms ≥ {math.ceil(floor * 10) / 10:.1f}",
             origin, field="itl_p99_ms")
-    if "disaggregated" in sv.modes and "colocated" not in sv.modes and not any(c.role == "prefill" for c in configs):
+    if "disaggregated" in sv.modes and "colocated" not in sv.modes and not any(c.role == Role.PREFILL for c in configs):
         raise ScenarioError(
             f"no prefill replica of {w.model} on the offered accelerators holds the KV of the p99 prompt "
             f"({w.isl_p99_tokens:g} tokens) and {sv.resident_prefixes:g} resident shared prefixes of "

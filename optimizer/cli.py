@@ -430,11 +430,19 @@ def cmd_scenarios(args) -> int:
 # ---------------------------------------------------------------------------- parser
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="fleetplan", description="Plan LLM-inference fleets at the lowest cost that meets p99 latency objectives.")
-    sub = p.add_subparsers(dest="command", required=True)
+def _json_flag(p) -> None:
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
 
-    c = sub.add_parser("curves", help="operating table of a model on an accelerator")
+
+def _plan_dir_arg(p) -> None:
+    p.add_argument("plan_dir", help="a plan folder written by fleetplan plan")
+
+
+def _seed_flag(p) -> None:
+    p.add_argument("--seed", type=SEED, default=0, help="random seed (default 0)")
+
+
+def _args_curves(c) -> None:
     c.add_argument("--model", required=True)
     c.add_argument("--gpu", required=True)
     c.add_argument("--isl", type=TOKENS, default=2000, help="prompt tokens (default 2000)")
@@ -446,34 +454,34 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--kv-dtype", choices=["bf16", "fp8"], help="KV precision (default: as weights)")
     c.add_argument("--scenario", help="take catalogue and serving settings from this scenario (default: reference)")
     c.add_argument("--plot", help="PNG of tokens/s and step time vs batch, knee marked")
-    c.add_argument("--json", action="store_true")
-    c.set_defaults(func=cmd_curves)
+    _json_flag(c)
 
-    v = sub.add_parser("validate", help="check a scenario file; exit 0 or 2 with the first error")
+
+def _args_validate(v) -> None:
     v.add_argument("scenario")
-    v.set_defaults(func=cmd_validate)
 
-    b = sub.add_parser("budget", help="TTFT budget waterfall for a metro, a site and a workload")
-    b.add_argument("--metro", required=True)
-    b.add_argument("--site", required=True)
-    b.add_argument("--workload", required=True)
+
+def _args_budget(b) -> None:
+    for name in ("metro", "site", "workload"):
+        b.add_argument(f"--{name}", required=True)
     b.add_argument("--gpu", help="accelerator for prefill and decode (default: the best the site offers)")
     b.add_argument("--scenario")
-    b.add_argument("--json", action="store_true")
-    b.set_defaults(func=cmd_budget)
+    _json_flag(b)
 
-    n = sub.add_parser("network", help="the latency graph: RTT table, map, exports")
+
+def _args_network(n) -> None:
     n.add_argument("scenario", nargs="?")
     n.add_argument("--rtt-csv", help="write from,to,rtt_ms for every metro and site")
     n.add_argument("--plot", help="PNG map of metros, sites and links")
     n.add_argument("--graphml", help="export the graph as GraphML")
     n.add_argument("--edges-csv", help="export the graph as from,to,one_way_ms")
-    n.set_defaults(func=cmd_network)
 
-    pl = sub.add_parser("plan", help="plan a scenario (default: the embedded reference scenario)")
+
+def _args_plan(pl) -> None:
     pl.add_argument("scenario", nargs="?")
     pl.add_argument("--out", default="plan", help="plan folder to write (default ./plan)")
-    pl.add_argument("--time-limit", type=field_value(Policy, "time_limit_s"), help="seconds for the whole solve (default: the scenario's policy)")
+    pl.add_argument("--time-limit", type=field_value(Policy, "time_limit_s"),
+                    help="seconds for the whole solve (default: the scenario's policy)")
     pl.add_argument("--mip-gap", type=field_value(Policy, "mip_gap"), help="target relative gap (default: the scenario's policy)")
     pl.add_argument("--threads", type=field_value(Policy, "threads"))
     pl.add_argument("--backend", choices=["highs", "pyomo"], default="highs",
@@ -487,13 +495,12 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--allow-unserved", action="store_true", help="write the plan even if some demand is unserved")
     pl.add_argument("--from-plan", metavar="DIR", help="plan again exactly what a plan folder records")
     pl.add_argument("--no-report", action="store_true", help="do not write report.html")
-    pl.add_argument("--robust", action="store_true",
-                    help="plan with the scenario's robust margins; report the price of robustness")
-    pl.add_argument("--json", action="store_true")
+    pl.add_argument("--robust", action="store_true", help="plan with the scenario's robust margins; report the price of robustness")
+    _json_flag(pl)
     pl.add_argument("--quiet", action="store_true", help="no progress lines")
-    pl.set_defaults(func=cmd_plan)
 
-    sw = sub.add_parser("sweep", help="plan a scenario over ranges of its inputs")
+
+def _args_sweep(sw) -> None:
     sw.add_argument("scenario", nargs="?")
     sw.add_argument("--vary", action="append", metavar="KEY=V1,V2,…",
                     help="dotted scenario path and values: a list, start:stop:step, or multipliers ×0.5,×1,×1.5")
@@ -509,31 +516,27 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--time-limit", type=field_value(Policy, "time_limit_s"))
     sw.add_argument("--mip-gap", type=field_value(Policy, "mip_gap"))
     sw.add_argument("--quiet", action="store_true")
-    sw.set_defaults(func=cmd_sweep)
 
-    cp = sub.add_parser("compare", help="plan folders side by side")
+
+def _args_compare(cp) -> None:
     cp.add_argument("plans", nargs="+")
     cp.add_argument("--out", help="folder for compare.csv, routing_changes.csv, compare.png and compare.html")
-    cp.set_defaults(func=cmd_compare)
 
-    rp = sub.add_parser("report", help="write report.html for a plan folder")
-    rp.add_argument("plan_dir")
-    rp.set_defaults(func=cmd_report)
 
-    vf = sub.add_parser("verify", help="simulate a plan request by request: measured vs predicted p99s")
-    vf.add_argument("plan_dir")
+def _args_verify(vf) -> None:
+    _plan_dir_arg(vf)
     vf.add_argument("--slices", default="peak",
                     help="peak (the busiest hour of each period), all, or PERIOD/DAYTYPE/HOUR,… (default peak)")
     vf.add_argument("--requests", type=REQUESTS, default=20000, help="simulated requests per (site, workload, slice)")
-    vf.add_argument("--seed", type=SEED, default=0)
+    _seed_flag(vf)
     vf.add_argument("--prefill-batch-tokens", type=BATCH_TOKENS, default=0, metavar="N",
                     help="what-if: prefill servers batch waiting prompts up to N new tokens (default 0: one "
                          "prompt at a time, as the plan sized them)")
-    vf.add_argument("--json", action="store_true")
-    vf.set_defaults(func=cmd_verify)
+    _json_flag(vf)
 
-    st = sub.add_parser("stress", help="evaluate a fixed plan under perturbed estimates or a lost site")
-    st.add_argument("plan_dir")
+
+def _args_stress(st) -> None:
+    _plan_dir_arg(st)
     st.add_argument("--perturb", action="append", metavar="KEY=VALUE",
                     help="scenario path and value or ×factor; * stands for every row (workloads.*.isl_mean_tokens=×1.3)")
     st.add_argument("--demand", type=factor, default=1.0, metavar="×F", help="scale every routed flow")
@@ -541,20 +544,41 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--lose-site", metavar="ID", help="the site goes dark; its traffic moves to the nearest pools that can take it")
     st.add_argument("--verify", action="store_true", help="also simulate the perturbed plan")
     st.add_argument("--requests", type=REQUESTS, default=2000, help="simulated requests per group with --verify")
-    st.add_argument("--seed", type=SEED, default=0)
-    st.add_argument("--json", action="store_true")
-    st.set_defaults(func=cmd_stress)
+    _seed_flag(st)
+    _json_flag(st)
 
-    op = sub.add_parser("operate", help="operate a plan's commitment hour by hour through its 8,760-hour year")
-    op.add_argument("plan_dir")
+
+def _args_operate(op) -> None:
+    _plan_dir_arg(op)
     op.add_argument("--noise-sigma", type=NOISE_SIGMA, default=0.0, metavar="σ",
                     help="day-to-day demand variation per workload, log-normal σ (0: none)")
-    op.add_argument("--seed", type=SEED, default=0)
-    op.add_argument("--json", action="store_true")
-    op.set_defaults(func=cmd_operate)
+    _seed_flag(op)
+    _json_flag(op)
 
-    sc = sub.add_parser("scenarios", help="list the shipped example scenarios")
-    sc.set_defaults(func=cmd_scenarios)
+
+COMMANDS = (  # name, what it does, its handler, its arguments
+    ("curves", "operating table of a model on an accelerator", cmd_curves, _args_curves),
+    ("validate", "check a scenario file; exit 0 or 2 with the first error", cmd_validate, _args_validate),
+    ("budget", "TTFT budget waterfall for a metro, a site and a workload", cmd_budget, _args_budget),
+    ("network", "the latency graph: RTT table, map, exports", cmd_network, _args_network),
+    ("plan", "plan a scenario (default: the embedded reference scenario)", cmd_plan, _args_plan),
+    ("sweep", "plan a scenario over ranges of its inputs", cmd_sweep, _args_sweep),
+    ("compare", "plan folders side by side", cmd_compare, _args_compare),
+    ("report", "write report.html for a plan folder", cmd_report, _plan_dir_arg),
+    ("verify", "simulate a plan request by request: measured vs predicted p99s", cmd_verify, _args_verify),
+    ("stress", "evaluate a fixed plan under perturbed estimates or a lost site", cmd_stress, _args_stress),
+    ("operate", "operate a plan's commitment hour by hour through its 8,760-hour year", cmd_operate, _args_operate),
+    ("scenarios", "list the shipped example scenarios", cmd_scenarios, lambda p: None),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="fleetplan", description="Plan LLM-inference fleets at the lowest cost that meets p99 latency objectives.")
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, what, handler, arguments in COMMANDS:
+        command = sub.add_parser(name, help=what)
+        arguments(command)
+        command.set_defaults(func=handler)
     return p
 
 

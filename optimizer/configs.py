@@ -36,6 +36,7 @@ from optimizer.curves.speculative import (
 )
 from optimizer.curves.transfer import replica_nic_bytes_per_s
 from optimizer.scenario import Accelerator, Model, Scenario, Serving, Workload
+from optimizer.units import Role
 
 BYTES_PER_VALUE = {"bf16": 2.0, "fp8": 1.0}
 
@@ -129,7 +130,7 @@ class ServingConfig:
     workload: str
     gpu: str
     gpus: int
-    role: str  # "prefill" | "decode" | "colocated"
+    role: str  # a `Role`
     batch: int = 0
     speculative: bool = False
     chunk_tokens: int = 0
@@ -300,9 +301,9 @@ def config_at(c, s: Scenario) -> ServingConfig | None:
     if r is None or kv_budget_bytes(r) <= 0:
         return None
     role = get("role")
-    if role == "prefill":
+    if role == Role.PREFILL:
         return prefill_config(w, m, a, r, s.serving, check_fit=False)
-    if role == "decode":
+    if role == Role.DECODE:
         ceiling = int(max_concurrency(r, w.isl_mean_tokens + w.osl_mean_tokens))
         batch = max(min(int(get("batch")), ceiling), 1)
         return decode_at(w, a, r, s.serving, str(get("speculative")).lower() in ("true", "1", "1.0"), batch,

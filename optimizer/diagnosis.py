@@ -11,6 +11,7 @@ from optimizer.configs import decode_floor_ms, kv_bytes_per_token, workload_conf
 from optimizer.costing import Solution
 from optimizer.instance import Instance
 from optimizer.scenario import Scenario
+from optimizer.units import Role
 
 
 def unreachable_reasons(s: Scenario, inst: Instance, rtt: pd.DataFrame) -> list[str]:
@@ -21,7 +22,7 @@ def unreachable_reasons(s: Scenario, inst: Instance, rtt: pd.DataFrame) -> list[
         m, k = item["metro"], item["workload"]
         w = s.workloads[k]
         model = s.models[w.model]
-        decodable = any(c.role in ("decode", "colocated")
+        decodable = any(c.role in (Role.DECODE, Role.COLOCATED)
                         for g in s.accelerators for c in workload_configs(w, model, s.accelerators[g], s.serving))
         if not decodable:
             floor = min(decode_floor_ms(w, model, s.accelerators[g], s.serving) for g in s.accelerators)

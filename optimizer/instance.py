@@ -150,7 +150,7 @@ class Instance:
         return [
             p for p in self.pools
             if p.site != state.lost_site
-            and (p.role == "decode" or p.regime == state.regime)
+            and (p.role == Role.DECODE or p.regime == state.regime)
             and (role is None or p.role == role)
         ]
 
@@ -174,7 +174,7 @@ def _per_gpu_scores(options: list[tuple[ServingConfig, float]], s: Scenario) -> 
         s.serving.prefill_max_utilization,
         [s.workloads[c.workload].slo_attainment for c, _ in options],
     ) / n
-    decode = np.array([c.decode_rps if c.role == "colocated" else np.inf for c, _ in options])
+    decode = np.array([c.decode_rps if c.role == Role.COLOCATED else np.inf for c, _ in options])
     gpus = np.array([c.gpus for c, _ in options], dtype=float)
     return np.minimum(cap, decode) / gpus
 
@@ -201,7 +201,7 @@ class _PoolFactory:
         return self._tables[key]
 
     def add(self, role, regime, site, k, tier, c: ServingConfig, budget_ms: float = 0.0, speed: int = -1) -> int:
-        table = self.table(c, budget_ms) if role != "decode" else None
+        table = self.table(c, budget_ms) if role != Role.DECODE else None
         self.pools.append(Pool(len(self.pools), role, regime, site, k, tier, c.gpu, c, budget_ms, table, c.decode_rps,
                                speed, self.s.peak_to_mean(k)))
         return len(self.pools) - 1
@@ -222,9 +222,9 @@ def _tier_pools(s: Scenario, factory: _PoolFactory, configs, gpus_at, handoff, r
                     pool_budget = ttft - s.serving.fixed_overhead_ms - bound
                     for g in gpus_at[site]:
                         for c in configs[(k, g)]:
-                            if c.role == "colocated":
+                            if c.role == Role.COLOCATED:
                                 paths = [(-1, pool_budget - c.prefill_p99_ms)]
-                            elif c.role == "prefill":
+                            elif c.role == Role.PREFILL:
                                 paths = [(h, pool_budget - c.prefill_p99_ms - handoff[(site, k, h)])
                                          for h in classes if (site, k, h) in handoff]
                             else:
@@ -258,13 +258,13 @@ def _configs(s: Scenario) -> dict[tuple[str, str], list[ServingConfig]]:
             limit_s = TRANSFER_SHARE_OF_TTFT * w.ttft_p99_ms / 1e3
             out[(k, g)] = [
                 c for c in configs
-                if c.role == "colocated" or float(kv_transfer_time_s(w.isl_p99_tokens, kv, c.nic_bytes_per_s)) <= limit_s
+                if c.role == Role.COLOCATED or float(kv_transfer_time_s(w.isl_p99_tokens, kv, c.nic_bytes_per_s)) <= limit_s
             ]
     return out
 
 
 def _best_decode(configs: list[ServingConfig], speed: float) -> ServingConfig | None:
-    decode = [c for c in configs if c.role == "decode" and c.speed == speed]
+    decode = [c for c in configs if c.role == Role.DECODE and c.speed == speed]
     return max(decode, key=lambda c: c.decode_rps / c.gpus, default=None)
 
 
@@ -291,8 +291,8 @@ def build_instance(s: Scenario, rtt: pd.DataFrame) -> Instance:
     transfer: dict[tuple[str, str], float] = {}
     for site in s.sites:
         for k, w in s.workloads.items():
-            prefill_nics = [c.nic_bytes_per_s for g in gpus_at[site] for c in configs[(k, g)] if c.role == "prefill"]
-            all_decode = [c for g in gpus_at[site] for c in configs[(k, g)] if c.role == "decode"]
+            prefill_nics = [c.nic_bytes_per_s for g in gpus_at[site] for c in configs[(k, g)] if c.role == Role.PREFILL]
+            all_decode = [c for g in gpus_at[site] for c in configs[(k, g)] if c.role == Role.DECODE]
             if not all_decode or not prefill_nics:
                 continue
             kv = kv_bytes_per_token(w, s.models[w.model])
@@ -437,7 +437,7 @@ def reach(inst: Instance) -> dict[tuple[int, int], float]:
     out = {}
     for st in inst.states:
         for p in inst.pools_in(st):
-            if p.role == "decode":
+            if p.role == Role.DECODE:
                 out[(p.id, st.id)] = by_site.get((p.site, p.workload, st.id), 0.0)
             else:
                 out[(p.id, st.id)] = by_tier.get((p.regime, p.site, p.workload, p.tier, st.id), 0.0)
@@ -452,7 +452,7 @@ def replicas_for(pool: Pool, requests_per_s: float) -> int:
     need = 0
     if pool.table is not None:
         need = servers_needed(requests_per_s, pool.table)
-    if pool.role in ("decode", "colocated"):
+    if pool.role in (Role.DECODE, Role.COLOCATED):
         need = max(need, math.ceil(requests_per_s / pool.decode_rps - 1e-9))
     return need
 
@@ -464,4 +464,4 @@ def kappa(pool: Pool, n: int) -> float:
         return pool.decode_rps
     n = max(1, min(n, len(pool.table)))
     per = float(pool.table[n - 1]) / n
-    return min(per, pool.decode_rps) if pool.role == "colocated" else per
+    return min(per, pool.decode_rps) if pool.role == Role.COLOCATED else per

@@ -10,6 +10,7 @@ import math
 from collections import defaultdict
 
 from optimizer.instance import Instance, Pool, replicas_for
+from optimizer.units import Role
 
 
 def _capacity(inst: Instance, pool: Pool, n: int) -> float:
@@ -20,7 +21,7 @@ def _capacity(inst: Instance, pool: Pool, n: int) -> float:
     if pool.table is not None:
         table = pool.table
         cap = float(table[min(n, len(table)) - 1]) + max(0, n - len(table)) * float(table[-1] - table[-2])
-    if pool.role in ("decode", "colocated"):
+    if pool.role in (Role.DECODE, Role.COLOCATED):
         cap = min(cap, pool.decode_rps * n)
     return cap / pool.peak_to_mean
 
@@ -70,11 +71,11 @@ def rebalance(inst: Instance, flows: dict[tuple[int, int], float]) -> dict[tuple
         tiers: dict = defaultdict(float)
         for key in keys:
             p = inst.pools[key[0]]
-            if p.role != "decode":
+            if p.role != Role.DECODE:
                 tiers[(p.workload, p.tier)] += flows[key]
         new: dict[tuple[int, int], float] = {}
         for (k, tier), total in sorted(tiers.items()):
-            group = [p for p in state_pools if p.role != "decode" and p.workload == k and p.tier == tier]
+            group = [p for p in state_pools if p.role != Role.DECODE and p.workload == k and p.tier == tier]
             filled = _fill(inst, group, total, room)
             if filled is None:
                 break
@@ -82,10 +83,10 @@ def rebalance(inst: Instance, flows: dict[tuple[int, int], float]) -> dict[tuple
         else:
             decode_total: dict = defaultdict(float)
             for (pid, _), y in new.items():
-                if inst.pools[pid].role == "prefill":
+                if inst.pools[pid].role == Role.PREFILL:
                     decode_total[(inst.pools[pid].workload, inst.pools[pid].speed)] += y
             for (k, speed), total in sorted(decode_total.items()):
-                group = [p for p in state_pools if p.role == "decode" and p.workload == k and p.speed == speed]
+                group = [p for p in state_pools if p.role == Role.DECODE and p.workload == k and p.speed == speed]
                 filled = _fill(inst, group, total, room)
                 if filled is None:
                     break

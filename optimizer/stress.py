@@ -119,7 +119,7 @@ def _lose(s: Scenario, raw: RawScenario, routing, pools, lost: str, rtt_factor: 
     moved = routing[routing["site"] == lost]
     routing = routing[routing["site"] != lost].copy()
     pools = pools[pools["site"] != lost].copy()
-    tiers = pools[pools["role"] != "decode"].groupby(["site", "workload", *SLICE])["tier"].apply(set)
+    tiers = pools[pools["role"] != Role.DECODE].groupby(["site", "workload", *SLICE])["tier"].apply(set)
     extra_rows, unserved = [], []
     for row in moved.itertuples(index=False):
         key = (row.period, row.day_type, row.hour)
@@ -154,11 +154,11 @@ def _share(frame: pd.DataFrame) -> pd.Series:
 def _add_load(pools: pd.DataFrame, site, workload, tier, key, rps: float) -> None:
     at = (pools["site"] == site) & (pools["workload"] == workload) & (pools["period"] == key[0]) \
         & (pools["day_type"] == key[1]) & (pools["hour"] == key[2])
-    tier_pools = at & (pools["tier"] == tier) & (pools["role"] != "decode")
+    tier_pools = at & (pools["tier"] == tier) & (pools["role"] != Role.DECODE)
     split = _share(pools[tier_pools])
     pools.loc[tier_pools, "requests_per_s"] += rps * split
-    to_decode = rps * float(split[pools.loc[tier_pools, "role"] == "prefill"].sum())
-    decode = at & (pools["role"] == "decode")
+    to_decode = rps * float(split[pools.loc[tier_pools, "role"] == Role.PREFILL].sum())
+    decode = at & (pools["role"] == Role.DECODE)
     if to_decode > 0 and decode.any():
         pools.loc[decode, "requests_per_s"] += to_decode * _share(pools[decode])
 

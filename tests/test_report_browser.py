@@ -20,8 +20,9 @@ import pandas as pd
 import pytest
 from chromium import WAIT_FOR_RENDERED, Chromium, find_chromium
 
+from fleetplan import write_comparison
 from optimizer.cli import main
-from optimizer.compare import compare, write_comparison
+from optimizer.compare import compare
 from optimizer.report import SECTIONS, compare_page, sweep_page
 
 SECTION_STATE = """Array.from(document.querySelectorAll("main > section")).map(function (s) {

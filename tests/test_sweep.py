@@ -79,3 +79,30 @@ def test_a_failing_run_is_a_row_not_a_crash(tmp_path):
     assert "cannot meet its 100 ms p99 TTFT" in by_value.loc[100, "diagnosis"]
     assert by_value.loc[400, "status"] == "optimal"
     assert (tmp_path / "tornado.png").exists()
+
+
+def test_reuse_refreshes_one_model_and_equals_the_individual_runs_within_the_gap(monkeypatch):
+    """`--reuse`: a worker keeps its model between runs of the same structure and refreshes
+    the coefficients (prices, demand); each row still equals its run planned alone, within
+    the gaps both report."""
+    import optimizer.solve as solve_module
+    from optimizer.scenario import DATA_DIR
+
+    caches = []
+
+    class Counting(solve_module.ModelCache):
+        def __init__(self):
+            super().__init__()
+            caches.append(self)
+
+    monkeypatch.setattr(solve_module, "ModelCache", Counting)
+    us_east = str(DATA_DIR / "scenarios" / "us-east.yaml")
+    specs = [sweep_module.RunSpec(us_east, {"prices.mi300x.reserved_3y_usd_per_gpu_hour": v}, None, None, True)
+             for v in (0.7, 0.8, 0.9)]
+    rows = sweep_module.run_batch(specs)
+    assert len(caches) == 1 and caches[0].reuses == 2  # built once, refreshed twice
+    for spec, row in zip(specs, rows):
+        alone = make_plan(us_east, [f"{k}={v}" for k, v in spec.overrides.items()]).summary
+        gap = max(row["mip_gap"], alone["mip_gap"])
+        assert row["total_cost_usd"] == pytest.approx(alone["total_cost_usd"], rel=gap)
+    assert rows[0]["total_cost_usd"] < rows[2]["total_cost_usd"]  # the refreshed price reached the model

@@ -34,7 +34,7 @@ from optimizer.verify import (
     verify_plan,
     write_verify,
 )
-from optimizer.verify.engine import TabulatedSteps, PoolSim
+from optimizer.verify.engine import PoolSim, TabulatedSteps
 
 TINY = Path(__file__).parent / "data" / "tiny.yaml"
 HETERO = Path(__file__).parent / "data" / "hetero.yaml"

@@ -33,6 +33,7 @@ from optimizer.outputs import unescape_text
 from optimizer.results import Plan
 from optimizer.scenario import RawScenario, Scenario, validate
 from optimizer.sources import read_text
+from optimizer.units import Role
 
 REQUIRED = ("summary.json", "scenario.json") + tuple(f"{name}.csv" for name in TABLE_COLUMNS)
 BALANCE_TOLERANCE = 1e-6  # relative, on requests/s (tables carry 12 significant digits)
@@ -231,7 +232,7 @@ def _mismatch(a: pd.Series, b: pd.Series):
 
 def _check_balance(pools: pd.DataFrame, routing: pd.DataFrame, path: dict) -> None:
     key = ["site", "workload", "tier", "period", "day_type", "hour"]
-    entry = pools[pools["role"] != "decode"]
+    entry = pools[pools["role"] != Role.DECODE]
     bad = _mismatch(routing.groupby(key)["requests_per_s"].sum(), entry.groupby(key)["requests_per_s"].sum())
     if len(bad):
         k = dict(zip(key, bad.index[0]))
@@ -240,8 +241,8 @@ def _check_balance(pools: pd.DataFrame, routing: pd.DataFrame, path: dict) -> No
             f"{k['period']}/{k['day_type']}/{k['hour']}) but its prefill and colocated pools take {bad['b'].iloc[0]:.6g}; "
             "routing.csv and pools.csv do not agree", Origin(str(path["routing"])), field="requests_per_s")
     flow = ["site", "workload", "speed", "period", "day_type", "hour"]
-    bad = _mismatch(pools[pools["role"] == "prefill"].groupby(flow)["requests_per_s"].sum(),
-                    pools[pools["role"] == "decode"].groupby(flow)["requests_per_s"].sum())
+    bad = _mismatch(pools[pools["role"] == Role.PREFILL].groupby(flow)["requests_per_s"].sum(),
+                    pools[pools["role"] == Role.DECODE].groupby(flow)["requests_per_s"].sum())
     if len(bad):
         k = dict(zip(flow, bad.index[0]))
         raise ScenarioError(f"prefill pools of {k['workload']} at {k['site']} (class {k['speed']}, {k['period']}/"

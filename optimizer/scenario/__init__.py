@@ -18,16 +18,7 @@ Loading goes in three steps, so that overrides and sweeps share one mechanism: `
 the row and the field and say what was expected.
 """
 
-from optimizer.scenario.catalogue import (
-                                         Accelerator,
-                                         Metro,
-                                         Model,
-                                         Owned,
-                                         Price,
-                                         Site,
-                                         Supply,
-                                         Workload,
-)
+from optimizer.scenario.catalogue import Accelerator, Metro, Model, Owned, Place, Price, Site, Supply, Workload
 from optimizer.scenario.fields import Catalogued, Strict
 from optimizer.scenario.model import Scenario
 from optimizer.scenario.overrides import apply_overrides, set_path
@@ -45,16 +36,10 @@ from optimizer.scenario.sections import (
                                          Serving,
                                          Speculative,
 )
-from optimizer.scenario.tables import (
-                                         DATA_DIR,
-                                         REFERENCE_SCENARIO,
-                                         SECTIONS,
-                                         TABLES,
-                                         TableSpec,
-)
+from optimizer.scenario.tables import DATA_DIR, REFERENCE_SCENARIO, SECTIONS, TABLES, TableSpec
 from optimizer.scenario.validate import explain, load_scenario, validate, validate_row
 
 __all__ = ["Accelerator", "Catalogued", "DATA_DIR", "DayType", "Demand", "DemandRow", "Horizon", "Metro", "MixRow",
-           "Model", "NetworkSpec", "Owned", "Period", "Policy", "Price", "REFERENCE_SCENARIO", "RawScenario", "Robust",
+           "Model", "NetworkSpec", "Owned", "Period", "Place", "Policy", "Price", "REFERENCE_SCENARIO", "RawScenario", "Robust",
            "SECTIONS", "Scenario", "Serving", "Site", "Speculative", "Strict", "Supply", "TABLES", "TableSpec", "Workload",
            "apply_overrides", "explain", "load_raw", "load_scenario", "set_path", "validate", "validate_row"]

@@ -72,18 +72,25 @@ Price = create_model(
 
 
 class Owned(Catalogued):
+    """Hardware bought rather than rented: a node's capital and its depreciation life."""
+
     gpu: str
     capex_usd_per_node: float = Field(gt=0, le=1e9)
     life_years: float = Field(gt=0.1, le=100)
 
 
-class Metro(Catalogued):
+class Place(Catalogued):
+    """A named point on the map."""
+
     id: str
     name: str
-    country: str | None = None
-    continent: str | None = None
     lat: float = Field(ge=-90, le=90)
     lon: float = Field(ge=-180, le=180)
+
+
+class Metro(Place):
+    country: str | None = None
+    continent: str | None = None
     utc_offset_hours: float = Field(ge=-12, le=14)
     population: float = Field(ge=0, le=1e10, description="people (at most 1e10: more than live on Earth)")
     demand_weight: float | None = Field(None, ge=0, le=1e4, description="relative demand; default population in millions")
@@ -93,12 +100,8 @@ class Metro(Catalogued):
         return self.demand_weight if self.demand_weight is not None else self.population / 1e6
 
 
-class Site(Catalogued):
-    id: str
-    name: str
+class Site(Place):
     metro: str
-    lat: float = Field(ge=-90, le=90)
-    lon: float = Field(ge=-180, le=180)
     region: str = Field(description="fault domain")
     power_mw: float = Field(gt=0, le=1e5, description="facility megawatts available to the fleet")
     pue: float = Field(ge=1.0, le=3.0)
@@ -108,6 +111,8 @@ class Site(Catalogued):
 
 
 class Supply(Catalogued):
+    """How many nodes of an accelerator a site can commit to and rent at once."""
+
     site: str
     gpu: str
     reserved_nodes_max: int = Field(ge=0, le=1e7)
@@ -115,6 +120,9 @@ class Supply(Catalogued):
 
 
 class Workload(Catalogued):
+    """A traffic class: its model and precision, its prompt and output lengths, its prompt
+    cache, its latency objectives and its demand per million people at the daily peak."""
+
     id: str
     model: str
     weight_dtype: Literal["bf16", "fp8"] = "bf16"

@@ -4,25 +4,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from optimizer.scenario.catalogue import (
-    Accelerator,
-    Metro,
-    Model,
-    Owned,
-    Price,
-    Site,
-    Supply,
-    Workload,
-)
+from optimizer.scenario.catalogue import Accelerator, Metro, Model, Owned, Price, Site, Supply, Workload
 from optimizer.scenario.fields import Strict
-from optimizer.scenario.sections import (
-    Demand,
-    Horizon,
-    NetworkSpec,
-    Policy,
-    Robust,
-    Serving,
-)
+from optimizer.scenario.sections import Demand, Horizon, NetworkSpec, Policy, Robust, Serving
 
 
 class Scenario(Strict):

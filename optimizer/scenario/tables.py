@@ -7,24 +7,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from optimizer.scenario.catalogue import (
-    Accelerator,
-    Metro,
-    Model,
-    Owned,
-    Price,
-    Site,
-    Supply,
-    Workload,
-)
-from optimizer.scenario.sections import (
-    Demand,
-    Horizon,
-    NetworkSpec,
-    Policy,
-    Robust,
-    Serving,
-)
+from optimizer.scenario import catalogue as rows
+from optimizer.scenario import sections
 
 DATA_DIR = Path(__file__).resolve().parent.parent.parent / "data"
 REFERENCE_SCENARIO = DATA_DIR / "scenarios" / "reference.yaml"
@@ -44,16 +28,17 @@ class TableSpec:
 
 
 TABLES = {
-    "accelerators": TableSpec("accelerators", "accelerators.csv", Accelerator, ("id",)),
-    "models": TableSpec("models", "models.csv", Model, ("id",)),
-    "prices": TableSpec("prices", "prices.csv", Price, ("provider", "gpu")),
-    "owned": TableSpec("owned", "owned.csv", Owned, ("gpu",)),
-    "metros": TableSpec("metros", "metros.csv", Metro, ("id",)),
-    "sites": TableSpec("sites", "sites.csv", Site, ("id",)),
-    "supply": TableSpec("supply", "supply.csv", Supply, ("site", "gpu")),
-    "workloads": TableSpec("workloads", "workloads.csv", Workload, ("id",)),
+    "accelerators": TableSpec("accelerators", "accelerators.csv", rows.Accelerator, ("id",)),
+    "models": TableSpec("models", "models.csv", rows.Model, ("id",)),
+    "prices": TableSpec("prices", "prices.csv", rows.Price, ("provider", "gpu")),
+    "owned": TableSpec("owned", "owned.csv", rows.Owned, ("gpu",)),
+    "metros": TableSpec("metros", "metros.csv", rows.Metro, ("id",)),
+    "sites": TableSpec("sites", "sites.csv", rows.Site, ("id",)),
+    "supply": TableSpec("supply", "supply.csv", rows.Supply, ("site", "gpu")),
+    "workloads": TableSpec("workloads", "workloads.csv", rows.Workload, ("id",)),
 }
 DIURNAL_FILE = "diurnal.csv"
-SECTIONS = {"horizon": Horizon, "demand": Demand, "network": NetworkSpec, "serving": Serving, "policy": Policy,
-            "robust": Robust}
+SECTIONS = {"horizon": sections.Horizon, "demand": sections.Demand, "network": sections.NetworkSpec,
+            "serving": sections.Serving, "policy": sections.Policy,
+            "robust": sections.Robust}
 TOP_LEVEL = {"name", "description", "catalogue", *TABLES, "diurnal", *SECTIONS}

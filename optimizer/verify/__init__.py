@@ -69,6 +69,7 @@ import pandas as pd
 from optimizer.errors import Origin, ScenarioError, shorten
 from optimizer.folder.read import read_plan, scenario_of
 from optimizer.outputs import write_csv, write_text_atomic
+from optimizer.units import Role
 from optimizer.verify.engine import (
     ConstantSteps,
     InvariantError,
@@ -288,8 +289,8 @@ def _billing(planned: dict | None, goodput: dict[str, float]) -> dict | None:
 def _expected_work(model: PlanModel, g: Group, requests: int, opt: Options) -> float:
     """Arrivals a group will simulate (as `simulate_group` sizes it), for scheduling."""
     lam = sum(r.requests_per_s for r in g.routes) * model.s.peak_to_mean(g.workload)
-    fill = max([model.decode_seconds(p.config) for p in g.pools if p.role != "prefill"], default=0.0)
-    colocated = any(p.role == "colocated" for p in g.pools)
+    fill = max([model.decode_seconds(p.config) for p in g.pools if p.role != Role.PREFILL], default=0.0)
+    colocated = any(p.role == Role.COLOCATED for p in g.pools)
     return (min(requests, lam * opt.cap_s) + lam * fill * 3.0) * (2.0 if colocated else 1.0)
 
 

@@ -29,6 +29,7 @@ from optimizer.curves.lengths import LengthDistribution
 from optimizer.curves.memory import kv_budget_bytes, kv_replication
 from optimizer.curves.roofline import prefill_time_s
 from optimizer.curves.speculative import expected_tokens_per_step
+from optimizer.units import Role
 from optimizer.verify.engine import (
     PoolSpec,
     StepModel,
@@ -130,7 +131,7 @@ class PlanModel:
         if ("s", cid) not in self._cache:
             c = self.curves[cid]
             spec = self.s.serving.speculative
-            speculative = _truthy(c["speculative"]) and c["role"] == "decode"
+            speculative = _truthy(c["speculative"]) and c["role"] == Role.DECODE
             steps = StepModel(self.replica(cid), (spec.draft_tokens, spec.draft_cost_ratio) if speculative else None)
             self._cache[("s", cid)] = steps if self.exact_steps else TabulatedSteps(steps)
         return self._cache[("s", cid)]
@@ -142,7 +143,7 @@ class PlanModel:
         kvt = r.kv_bytes_per_token * kv_replication(r.model, r.gpus)
         budget = kv_budget_bytes(r)
         spec = self.s.serving.speculative
-        if c["role"] == "colocated":
+        if c["role"] == Role.COLOCATED:
             share = cache_kv_share(self.s.serving.resident_prefixes, w.shared_prefix_tokens, kvt, budget)
             return PoolSpec(replicas, int(c["batch"]), budget * (1.0 - share), kvt, self.steps(cid),
                             int(c["chunk_tokens"]))
@@ -227,8 +228,8 @@ def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Op
         return None
     rates = np.array([r.requests_per_s for r in routes]) * ptm
     lam = float(rates.sum())
-    entry = [p for p in g.pools if p.role in ("prefill", "colocated")]
-    decode = [p for p in g.pools if p.role == "decode"]
+    entry = [p for p in g.pools if p.role in (Role.PREFILL, Role.COLOCATED)]
+    decode = [p for p in g.pools if p.role == Role.DECODE]
     isl_dist = LengthDistribution(w.isl_mean_tokens, w.isl_p99_tokens, m.max_context)
     osl_dist = LengthDistribution(w.osl_mean_tokens, w.osl_p99_tokens, m.max_context)
 
@@ -247,9 +248,9 @@ def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Op
     entry_rate = np.zeros(len(entry))
     for tier, (cands, p) in entry_share.items():
         entry_rate[cands] += rates[route_tier == tier].sum() * p
-    pool_rate = {("entry", i): entry_rate[i] for i, p in enumerate(entry) if p.role == "colocated"}
+    pool_rate = {("entry", i): entry_rate[i] for i, p in enumerate(entry) if p.role == Role.COLOCATED}
     for speed, (cands, share) in decode_share.items():
-        prefill_rate = sum(entry_rate[i] for i, p in enumerate(entry) if p.role == "prefill" and p.speed == speed)
+        prefill_rate = sum(entry_rate[i] for i, p in enumerate(entry) if p.role == Role.PREFILL and p.speed == speed)
         pool_rate.update({("decode", j): prefill_rate * sh for j, sh in zip(cands, share)})
 
     # steady state of every batching pool: warm start, and how long warm-up and cool-down last
@@ -331,7 +332,7 @@ def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Op
     kv = kv_bytes_per_token(w, m)
     for i, p in enumerate(entry):
         idx = np.flatnonzero(pool_of == i)
-        if p.role == "colocated":
+        if p.role == Role.COLOCATED:
             run_replicas(("entry", i), p, idx, t[idx])
             continue
         r = model.replica(p.config)

@@ -1,0 +1,307 @@
+"""One test per formulation module, on a tiny hand-made `Instance` (no YAML, no network): the
+blocks each module adds, their coefficients and right-hand sides, computed by hand here.
+A register test fails when a module in `formulations.MODULES` has no test of its own; a
+refresh test builds instance A, refreshes it to B and compares with a fresh build of B."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import formulations
+from formulations import MODULES, Operating, build_program, read_solution, refresh, structure
+from optimizer.configs import ServingConfig
+from optimizer.instance import Arc, CommittedPrice, Contract, Instance, Pool, State
+from optimizer.units import HOURS_PER_YEAR, SECONDS_PER_HOUR
+
+HOURS = HOURS_PER_YEAR / 2  # two slices, each half the year
+TABLE = np.array([5.0, 12.0, 20.0])  # f(n): requests/s a queueing pool of n replicas carries
+
+
+def _config(cid: str, role: str, gpus: int) -> ServingConfig:
+    return ServingConfig(id=cid, workload="k", gpu="g", gpus=gpus, role=role, decode_rps=3.0)
+
+
+def tiny(n_minus_1: bool = False, cold_start_hours: float = 1 / 6, **changes) -> Instance:
+    """Metro m1; sites s1 (10 ms) and s2 (30 ms); workload k; accelerator g (8 GPUs a node);
+    slices 0 (hour 0, 10 req/s) and 1 (hour 12, 20 req/s, the peak); at each site a prefill
+    pool (table f), a colocated pool (f and 3 req/s of decode slots) and a decode pool."""
+    slices = pd.DataFrame({"period": ["Y", "Y"], "period_index": [0, 0], "day_type": ["all", "all"],
+                           "day_multiplier": [1.0, 1.0], "hour": [0, 12], "weight_hours": [HOURS, HOURS]})
+    slices.index.name = "slice"
+    states = [State(0, 0, "nominal", None, HOURS, HOURS), State(1, 1, "nominal", None, HOURS, HOURS)]
+    pools, tier_pools, decode_pools = [], {}, {}
+    for site in ("s1", "s2"):
+        base = len(pools)
+        pools += [Pool(base, "prefill", "nominal", site, "k", 0, "g", _config(f"{site}/p", "prefill", 2), 100.0, TABLE,
+                       0.0, 0, 1.2),
+                  Pool(base + 1, "colocated", "nominal", site, "k", 0, "g", _config(f"{site}/c", "colocated", 1), 100.0,
+                       TABLE, 3.0, -1, 1.2),
+                  Pool(base + 2, "decode", "nominal", site, "k", -1, "g", _config(f"{site}/d", "decode", 4), 0.0, None,
+                       3.0, 0, 1.2)]
+        tier_pools[("nominal", site, "k", 0)] = [base, base + 1]
+        decode_pools[(site, "k", 0)] = [base + 2]
+    if n_minus_1:
+        states.append(State(2, 1, "relaxed", "s1", 0.0, 1000.0))
+        for site in ("s1", "s2"):
+            base = len(pools)
+            pools.append(Pool(base, "colocated", "relaxed", site, "k", 0, "g", _config(f"{site}/c", "colocated", 1),
+                              100.0, TABLE, 3.0, -1, 1.2))
+            tier_pools[("relaxed", site, "k", 0)] = [base]
+    arcs = [Arc("m1", "s1", "k", 0, 10.0), Arc("m1", "s2", "k", 0, 30.0)]
+    price = Contract(30.0, {"reserved-1y": CommittedPrice(20.0, 0.0, "reserved")})
+    inst = Instance(
+        name="tiny", slices=slices, states=states, metros=["m1"], sites=["s1", "s2"], workloads=["k"], gpus=["g"],
+        demand={("m1", "k", 0): 10.0, ("m1", "k", 1): 20.0}, peak_to_mean={"k": 1.2}, peak_slice=1,
+        arcs={"nominal": arcs, "relaxed": arcs if n_minus_1 else []}, pools=pools, tier_pools=tier_pools,
+        decode_pools=decode_pools, site_gpus=[("s1", "g"), ("s2", "g")], gpus_per_node={"g": 8},
+        node_kw={"g": 10.0}, pue={"s1": 1.2, "s2": 1.5}, power_kw={"s1": 500.0, "s2": 800.0},
+        contracts={("s1", "g"): price, ("s2", "g"): price}, committed_max={("s1", "g"): 40, ("s2", "g"): 50},
+        ondemand_max={("s1", "g"): 10, ("s2", "g"): 0}, allow_ondemand=True, cold_start_hours=cold_start_hours,
+        warm_fraction=0.1, penalty_usd_per_request={"k": 1e-3}, egress_usd_per_request={"k": 2e-6},
+        output_tokens={"k": 100.0}, input_tokens={"k": 1000.0}, handoff_ms={}, transfer_ms={})
+    return dataclasses.replace(inst, **changes)
+
+
+def program(inst: Instance, exact: bool = False, operating: Operating | None = None):
+    keys = [(p.id, st.id) for st in inst.states for p in inst.pools_in(st)]
+    prices = {key: 0.5 + key[0] for key in keys}  # GPUs per request/s, distinct per pool
+    largest = {key: len(TABLE) for key in keys}
+    return build_program(inst, exact, prices, largest, operating)
+
+
+def row(lp, block: str, key) -> tuple[dict, float, float]:
+    """{column: coefficient} of one row, with its lower and upper bounds."""
+    r = lp.rows[block][key]
+    coefs = {c: v for rr, c, v in zip(lp.entries_row, lp.entries_col, lp.entries_val) if rr == r}
+    return coefs, lp.row_lower[r], lp.row_upper[r]
+
+
+def cost(lp, col: int) -> float:
+    return lp.cost.get(col, 0.0)
+
+
+# ---------------------------------------------------------------------------- one test per module
+
+
+def test_routing_balances_demand_and_prices_egress_and_unserved():
+    lp, _ = program(tiny())
+    route, unserved = lp.cols["route"], lp.cols["unserved"]
+    assert set(route) == {(m, s, k, t, st) for m, s, k, t in [("m1", "s1", "k", 0), ("m1", "s2", "k", 0)] for st in (0, 1)}
+    coefs, lo, hi = row(lp, "demand_balance", ("m1", "k", 1))
+    assert lo == hi == 20.0
+    assert coefs == {route[("m1", "s1", "k", 0, 1)]: 1.0, route[("m1", "s2", "k", 0, 1)]: 1.0,
+                     unserved[("m1", "k", 1)]: 1.0}
+    assert cost(lp, route[("m1", "s1", "k", 0, 0)]) == pytest.approx(SECONDS_PER_HOUR * HOURS * 2e-6)
+    assert cost(lp, unserved[("m1", "k", 0)]) == pytest.approx(SECONDS_PER_HOUR * HOURS * 1e-3)
+
+
+def test_latency_tiers_balance_routed_against_pool_flows():
+    lp, _ = program(tiny())
+    coefs, lo, hi = row(lp, "tier_balance", ("nominal", "s2", "k", 0, 1))
+    assert lo == hi == 0.0
+    assert coefs == {lp.cols["route"][("m1", "s2", "k", 0, 1)]: 1.0, lp.cols["prefill_flow"][(3, 1)]: -1.0,
+                     lp.cols["colocated_flow"][(4, 1)]: -1.0}
+
+
+def test_prefill_flows_carry_their_gpus_and_feed_decode():
+    lp, terms = program(tiny())
+    col = lp.cols["prefill_flow"][(0, 0)]
+    assert (col, 1.0) in terms.decode_inflow[("s1", "k", 0, 0)]
+    load = dict(terms.gpu_load[("s1", "g", 0)])
+    assert lp.value(load[col]) == pytest.approx(0.5)  # the gpus_per_rps price of pool 0
+
+
+def test_decode_balances_prefill_against_decode():
+    lp, _ = program(tiny())
+    coefs, lo, hi = row(lp, "decode_balance", ("s1", "k", 0, 1))
+    assert lo == hi == 0.0
+    assert coefs == {lp.cols["prefill_flow"][(0, 1)]: 1.0, lp.cols["decode_flow"][(2, 1)]: -1.0}
+
+
+def test_colocated_flows_enter_their_tier_only():
+    lp, terms = program(tiny())
+    col = lp.cols["colocated_flow"][(1, 0)]
+    assert (col, 1.0) in terms.tier_outflow[("nominal", "s1", "k", 0, 0)]
+    assert all(col not in dict(v) for v in terms.decode_inflow.values())
+
+
+def test_pools_exact_mode_chooses_one_size_with_f_exact():
+    lp, _ = program(tiny(), exact=True)
+    n, y = lp.cols["prefill_replicas"][(0, 1)], lp.cols["prefill_flow"][(0, 1)]
+    size = {j: lp.cols["prefill_size"][(0, 1, j)] for j in (1, 2, 3)}
+    coefs, lo, hi = row(lp, "prefill_slo", (0, 1))
+    assert hi == 0.0 and coefs == {y: 1.2, size[1]: -5.0, size[2]: -12.0, size[3]: -20.0}
+    coefs, lo, hi = row(lp, "prefill_size_sum", (0, 1))
+    assert lo == hi == 0.0 and coefs == {n: 1.0, size[1]: -1.0, size[2]: -2.0, size[3]: -3.0}
+    assert row(lp, "prefill_size_one", (0, 1))[2] == 1.0
+    coefs, _, hi = row(lp, "decode_decode_slots", (2, 1))  # decode: 1.2 · y ≤ 3 · n
+    assert hi == 0.0 and coefs == {lp.cols["decode_flow"][(2, 1)]: 1.2, lp.cols["decode_replicas"][(2, 1)]: -3.0}
+
+
+def test_procurement_caps_and_prices_nodes():
+    lp, terms = program(tiny())
+    c = lp.cols["committed"][("s1", "g", "reserved-1y")]
+    assert cost(lp, c) == pytest.approx(20.0 * HOURS_PER_YEAR)
+    coefs, _, hi = row(lp, "committed_cap", ("s1", "g"))
+    assert coefs == {c: 1.0} and hi == 40
+    o = lp.cols["ondemand"][("s1", "g", 0)]
+    assert lp.col_upper[o] == 10 and cost(lp, o) == pytest.approx(30.0 * HOURS)
+    assert ("s2", "g", 0) not in lp.cols["ondemand"]  # no on-demand supply there
+    assert dict(terms.nodes_usable[("s1", "g", 0)]) == {c: 1.0, o: pytest.approx(0.9)}  # the warm pool idles
+
+
+def test_procurement_operating_fixes_the_commitment_at_no_cost():
+    lp, _ = program(tiny(), operating=Operating({("s1", "g"): 7}, frozenset({0, 1, 2})))
+    c = lp.cols["committed"][("s1", "g", "reserved-1y")]
+    assert lp.col_lower[c] == lp.col_upper[c] == 7 and cost(lp, c) == 0.0
+    assert set(lp.cols["prefill_flow"]) == {(0, 0), (0, 1)}  # only the open pools
+    tie = cost(lp, lp.cols["prefill_flow"][(0, 0)])
+    assert tie == pytest.approx(1e-4 * 0.5)
+
+
+def test_scaling_prices_ramps_within_a_day():
+    lp, _ = program(tiny())
+    v = lp.cols["ramp"][("s1", "g", 1)]
+    coefs, lo, _ = row(lp, "ramp_up", ("s1", "g", 1))
+    o = lp.cols["ondemand"]
+    assert lo == 0.0 and coefs == {v: 1.0, o[("s1", "g", 1)]: -1.0, o[("s1", "g", 0)]: 1.0}
+    assert cost(lp, v) == pytest.approx(30.0 * HOURS / 6)
+    assert "ramp" not in program(tiny(cold_start_hours=0.0))[0].cols
+
+
+def test_resilience_holds_the_peak_on_demand_nodes_in_a_site_loss():
+    lp, _ = program(tiny(n_minus_1=True))
+    o = lp.cols["ondemand"]
+    assert ("s1", "g", 2) not in o  # the lost site rents nothing
+    assert "contingency_nodes" not in lp.rows or all(key[0] != "s1" for key in lp.rows["contingency_nodes"])
+    unserved = lp.cols["unserved"][("m1", "k", 2)]
+    assert cost(lp, unserved) == pytest.approx(SECONDS_PER_HOUR * 1000.0 * 1e-3)  # notional 1,000 hours
+    inst = tiny(n_minus_1=True, ondemand_max={("s1", "g"): 0, ("s2", "g"): 5})
+    lp, _ = program(inst)
+    coefs, lo, hi = row(lp, "contingency_nodes", ("s2", "g", 2))
+    o = lp.cols["ondemand"]
+    assert lo == hi == 0.0 and coefs == {o[("s2", "g", 2)]: 1.0, o[("s2", "g", 1)]: -1.0}
+
+
+def test_capacity_fits_replica_gpus_into_usable_nodes():
+    lp, _ = program(tiny())
+    coefs, _, hi = row(lp, "gpu_capacity", ("s1", "g", 1))
+    cols = lp.cols
+    assert hi == 0.0
+    assert coefs[cols["prefill_flow"][(0, 1)]] == pytest.approx(0.5)
+    assert coefs[cols["colocated_flow"][(1, 1)]] == pytest.approx(1.5)
+    assert coefs[cols["decode_flow"][(2, 1)]] == pytest.approx(2.5)
+    assert coefs[cols["committed"][("s1", "g", "reserved-1y")]] == -8.0
+    assert coefs[cols["ondemand"][("s1", "g", 1)]] == pytest.approx(-8.0 * 0.9)
+
+
+def test_power_caps_powered_nodes_by_site():
+    lp, _ = program(tiny())
+    coefs, _, hi = row(lp, "power", ("s1", 0))
+    assert hi == 500.0
+    assert coefs == {lp.cols["committed"][("s1", "g", "reserved-1y")]: pytest.approx(12.0),
+                     lp.cols["ondemand"][("s1", "g", 0)]: pytest.approx(12.0)}  # node kW × PUE
+
+
+def test_every_module_has_its_test():
+    names = [n for n in globals() if n.startswith("test_")]
+    for module in MODULES:
+        short = module.__name__.rsplit(".", 1)[1]
+        assert any(n.startswith(f"test_{short}_") for n in names), f"formulations.{short} has no test here"
+
+
+# ---------------------------------------------------------------------------- reading and refreshing
+
+
+def test_read_solution_returns_every_block_by_key():
+    lp, _ = program(tiny())
+    x = np.zeros(lp.n_cols)
+    x[lp.cols["route"][("m1", "s1", "k", 0, 1)]] = 7.5
+    x[lp.cols["unserved"][("m1", "k", 0)]] = 1e-12  # below the reading's floor
+    x[lp.cols["committed"][("s2", "g", "reserved-1y")]] = 3.0
+    got = read_solution(lp, x)
+    assert got.routes == {("m1", "s1", "k", 0, 1): 7.5} and got.unserved == {}
+    assert got.committed == {("s2", "g", "reserved-1y"): 3.0} and got.replicas == {}
+
+
+def _arrays(lp) -> tuple:
+    start, index, value = lp.csc()
+    return (lp.cost_vector(), np.array(lp.col_lower), np.array(lp.col_upper), np.array(lp.row_lower),
+            np.array(lp.row_upper), start, index, value)
+
+
+def test_refresh_to_a_new_instance_equals_a_fresh_build():
+    """Every field that may change without a rebuild is refreshed: prices, demand, caps,
+    megawatts, egress and penalty. A field neither in `structure` nor refreshed makes the
+    arrays differ, and this test fails."""
+    a = tiny()
+    price = Contract(41.0, {"reserved-1y": CommittedPrice(27.0, 0.0, "reserved")})
+    b = tiny(demand={("m1", "k", 0): 13.0, ("m1", "k", 1): 31.0}, power_kw={"s1": 444.0, "s2": 900.0},
+             contracts={("s1", "g"): price, ("s2", "g"): price}, committed_max={("s1", "g"): 33, ("s2", "g"): 7},
+             ondemand_max={("s1", "g"): 4, ("s2", "g"): 0}, penalty_usd_per_request={"k": 3e-3},
+             egress_usd_per_request={"k": 5e-6})
+    assert structure(a) == structure(b)
+    lp, _ = program(a)
+    refresh(lp, b)
+    fresh, _ = program(b)
+    for mine, theirs in zip(_arrays(lp), _arrays(fresh)):
+        np.testing.assert_allclose(mine, theirs)
+
+
+def test_structure_tells_instances_that_need_a_rebuild_apart():
+    assert structure(tiny()) != structure(tiny(cold_start_hours=0.0))
+    assert structure(tiny()) != structure(tiny(peak_to_mean={"k": 1.5}))
+    assert structure(tiny()) != structure(tiny(n_minus_1=True))
+
+
+# ---------------------------------------------------------------------------- one formulation, three uses
+
+
+class _NoOndemandAt:
+    """A constraint family added to the formulation for this test only: no on-demand nodes
+    at one site, in every state."""
+
+    def __init__(self, site: str):
+        self.site = site
+        self.__name__ = "formulations.no_ondemand"
+
+    def add_to(self, build) -> None:
+        for key, col in build.lp.cols.get("ondemand", {}).items():
+            if key[0] == self.site:
+                build.lp.add_row("no_ondemand", key, [(col, 1.0)], upper=0.0)
+
+
+def test_a_constraint_added_to_the_formulation_reaches_plan_reoperation_and_year(monkeypatch):
+    """One change in `formulations` holds in all three uses without further edits: the plan
+    (exact), the re-operation of its slices and the operated year rent no on-demand node at
+    the site it forbids."""
+    from optimizer.instance import build_instance
+    from optimizer.network import build_graph, rtt_matrix
+    from optimizer.operate import Commitment, operate_year
+    from optimizer.scenario import load_scenario
+    from optimizer.solve import SolverSettings, solve
+    from optimizer.solve.operating import OperatingProgram, committed_nodes, largest_sizes
+
+    s, raw = load_scenario(Path(__file__).parent / "data" / "tiny.yaml")
+    inst = build_instance(s, rtt_matrix(build_graph(s, raw.path.parent), s))
+    before = solve(inst, SolverSettings(exact=True, time_limit_s=60))
+    site = max({key[0] for key in before.solution.ondemand}, default=None)
+    assert site is not None, "the tiny plan rents on demand somewhere (the premise of this test)"
+    monkeypatch.setattr(formulations, "MODULES", (*formulations.MODULES, _NoOndemandAt(site)))
+    after = solve(inst, SolverSettings(exact=True, time_limit_s=60))
+    assert all(key[0] != site for key in after.solution.ondemand)  # the plan
+    program = OperatingProgram(inst, committed_nodes(after.solution), largest_sizes(after.solution))
+    x, optimal = program.solve(np.array([inst.demand.get((m, k, inst.peak_slice), 0.0) for m, k in program.keys]))
+    assert optimal and all(key[0] != site for key in program.read(x).ondemand)  # the re-operation's program
+    assert "no_ondemand" in program.lp.rows
+    year_without = operate_year(s, inst, Commitment.of_solution(inst, before.solution)).sites
+    year_with = operate_year(s, inst, Commitment.of_solution(inst, after.solution)).sites
+    at = lambda sites: float(sites.loc[sites["site"] == site, "ondemand_node_hours"].sum())  # noqa: E731
+    assert at(year_with) < at(year_without)  # the operated year
+    assert math.isfinite(at(year_with))
