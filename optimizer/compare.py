@@ -9,17 +9,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from optimizer.contracts import COST_COLUMNS, COST_LABELS
 from optimizer.folder.read import read_plan
 from optimizer.outputs import COMPARISON, folder_target, write_csv
 from optimizer.results import Plan
 
-COST_LINES = {
-    "reserved": "cost_reserved_usd",
-    "owned": "cost_owned_usd",
-    "energy (owned)": "cost_energy_usd",
-    "on-demand": "cost_ondemand_usd",
-    "cold starts": "cost_ramp_usd",
-}
+COST_LINES = {COST_LABELS[category]: column for category, column in COST_COLUMNS.items()}
 
 
 @dataclass

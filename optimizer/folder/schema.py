@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ROLES = ("prefill", "decode", "colocated")
+from optimizer.contracts import COST_COLUMNS, TERMS
+from optimizer.units import Role, ServingMode
+
+ROLES = tuple(Role)
 MAX_REPLICAS = 1_000_000  # more replicas than any fleet could hold: an edit gone wrong
 MAX_NODES = 10_000_000
 MAX_RATE = 1e9  # requests/s
@@ -59,11 +62,9 @@ SLICE = (_text("period"), _text("day_type"), _int("hour", 0, 23))
 TABLE_COLUMNS: dict[str, tuple[Column, ...]] = {
     "procurement": (
         _text("site"), _text("gpu"),
-        *(_int(c, 0, MAX_NODES) for c in ("reserved_1y_nodes", "reserved_3y_nodes", "owned_nodes", "reserved_nodes",
-                                          "ondemand_nodes_peak")),
+        *(_int(c, 0, MAX_NODES) for c in (*(t.nodes_column for t in TERMS), "reserved_nodes", "ondemand_nodes_peak")),
         _float("ondemand_node_hours", 0, MAX_NODES * 8784), _float("ramp_node_hours", 0, MAX_NODES * 8784),
-        *(_float(c, 0, MAX_USD) for c in ("cost_reserved_usd", "cost_owned_usd", "cost_energy_usd", "cost_ondemand_usd",
-                                          "cost_ramp_usd", "cost_usd")),
+        *(_float(c, 0, MAX_USD) for c in (*COST_COLUMNS.values(), "cost_usd")),
     ),
     "pools": (
         _text("site"), _text("workload"), _int("tier", -1, 1000), _text("role", choices=ROLES), _int("speed", -1, 1000),
@@ -80,7 +81,7 @@ TABLE_COLUMNS: dict[str, tuple[Column, ...]] = {
         *(_float(c, 0, MAX_MS) for c in ("ttft_p99_ms_predicted", "ttft_p99_ms_objective", "itl_p99_ms_predicted",
                                          "itl_p99_ms_objective", "network_ms", "overhead_ms", "queue_ms", "prefill_ms",
                                          "transfer_ms", "first_token_ms")),
-        _text("mode", choices=("disaggregated", "colocated")),
+        _text("mode", choices=tuple(ServingMode)),
     ),
     "curves": (
         _text("id"), _text("workload"), _text("gpu"), _int("gpus", 1, 100_000), _text("role", choices=ROLES),

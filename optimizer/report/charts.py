@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from optimizer.contracts import COST_COLUMNS, COST_LABELS
 from optimizer.report import formatting as f
 from optimizer.report.drawing import Axes, Chart, bars, lines
 from optimizer.report.folder import MissingInput, PlanFolder
 
-COST_LINES = [("cost_reserved_usd", "reserved"), ("cost_owned_usd", "owned"), ("cost_energy_usd", "energy (owned)"),
-              ("cost_ondemand_usd", "on-demand"), ("cost_ramp_usd", "cold starts")]
+COST_LINES = [(column, COST_LABELS[category]) for category, column in COST_COLUMNS.items()]
 WATERFALL = [("network_ms", "network"), ("overhead_ms", "overheads"), ("queue_ms", "queue"),
              ("prefill_ms", "prefill"), ("transfer_ms", "KV transfer"), ("first_token_ms", "first token")]
 ALL_SITES, ALL_WORKLOADS = "all sites", "all workloads"

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import pandas as pd
 
+from optimizer.contracts import COST_COLUMNS, TERMS
 from optimizer.report import formatting as f
 from optimizer.report.charts import cost_per_token_data, provisioning_data
 from optimizer.report.folder import MissingInput, PlanFolder
 from optimizer.report.formatting import Column, esc
 
-TERMS = [("reserved_1y_nodes", "reserved, 1 year"), ("reserved_3y_nodes", "reserved, 3 years"), ("owned_nodes", "owned")]
 STATUS_WORDS = {"optimal": "proven within the {} target", "gap_above_target": "not proven within the {} target",
                 "time_limit": "the solver stopped at its time limit before proving the {} target"}
 
@@ -34,21 +34,20 @@ def _gpus_per_node(folder: PlanFolder) -> dict:
 
 
 def commitment_data(folder: PlanFolder) -> pd.DataFrame:
-    """One row per (site, accelerator, term) with committed nodes: nodes, GPUs and cost a
-    year (reserved: the contract; owned: depreciation and energy) and a month (÷ 12). One
-    procurement row holds one reserved cost for both reserved terms; where it has both they
-    share a row."""
+    """One row per (site, accelerator, cost category of its committed terms: reserved, owned
+    — `optimizer.contracts`) with committed nodes: nodes, GPUs and cost a year (the contract;
+    owned: depreciation and energy) and a month (÷ 12). One procurement row holds one cost per
+    category; terms of one category (reserved 1 and 3 years) share a row."""
     per_node = _gpus_per_node(folder)
     rows = []
     for r in _nodes(folder.tables["procurement"]).to_dict("records"):
-        reserved = [(col, label) for col, label in TERMS[:2] if r.get(col, 0)]
-        if reserved:
-            nodes = sum(r[col] for col, _ in reserved)
-            rows.append({"site": r["site"], "gpu": r["gpu"], "term": " and ".join(lbl for _, lbl in reserved),
-                         "nodes": nodes, "usd_per_year": r["cost_reserved_usd"]})
-        if r.get("owned_nodes", 0):
-            rows.append({"site": r["site"], "gpu": r["gpu"], "term": "owned", "nodes": r["owned_nodes"],
-                         "usd_per_year": r["cost_owned_usd"] + r["cost_energy_usd"]})
+        for category in dict.fromkeys(t.category for t in TERMS):
+            terms = [t for t in TERMS if t.category == category and r.get(t.nodes_column, 0)]
+            if terms:
+                energy = r["cost_energy_usd"] if any(not t.energy_included for t in terms) else 0.0
+                rows.append({"site": r["site"], "gpu": r["gpu"], "term": " and ".join(t.label for t in terms),
+                             "nodes": sum(r[t.nodes_column] for t in terms),
+                             "usd_per_year": r[COST_COLUMNS[category]] + energy})
     out = pd.DataFrame(rows, columns=["site", "gpu", "term", "nodes", "usd_per_year"])
     out["gpus"] = [n * per_node[g] if g in per_node else None for n, g in zip(out["nodes"], out["gpu"])]
     out["usd_per_month"] = out["usd_per_year"] / 12

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from optimizer.contracts import COST_COLUMNS, COST_LABELS, TERMS
 from optimizer.report import charts
 from optimizer.report import formatting as f
 from optimizer.report.folder import PlanFolder, read_folder
@@ -41,15 +42,11 @@ CURVE_COLUMNS = [Column("id", "serving configuration"), Column("gpus", "GPUs", f
                  Column("max_concurrency", "max concurrency", f.unless_zero(f.count), True),
                  Column("service_mean_ms", "mean service", f.unless_zero(f.ms), True)]
 PROCUREMENT_COLUMNS = [Column("site", "site", lambda x: "all sites" if x == "*" else f.text(x)), Column("gpu", "accelerator"),
-                       Column("reserved_1y_nodes", "reserved 1 y", f.count, True),
-                       Column("reserved_3y_nodes", "reserved 3 y", f.count, True),
-                       Column("owned_nodes", "owned", f.count, True),
+                       *(Column(t.nodes_column, t.label, f.count, True) for t in TERMS),
                        Column("ondemand_nodes_peak", "on-demand peak", f.count, True),
                        Column("ondemand_node_hours", "on-demand node-hours", f.count, True),
-                       Column("cost_reserved_usd", "reserved", f.usd, True),
-                       Column("cost_owned_usd", "owned", f.usd, True), Column("cost_energy_usd", "energy", f.usd, True),
-                       Column("cost_ondemand_usd", "on-demand", f.usd, True),
-                       Column("cost_ramp_usd", "cold starts", f.usd, True), Column("cost_usd", "total", f.usd, True)]
+                       *(Column(column, COST_LABELS[category], f.usd, True) for category, column in COST_COLUMNS.items()),
+                       Column("cost_usd", "total", f.usd, True)]
 
 
 def key_figures(s: dict) -> pd.DataFrame:
