@@ -536,7 +536,7 @@ TABLES = {
 DIURNAL_FILE = "diurnal.csv"
 SECTIONS = {"horizon": Horizon, "demand": Demand, "network": NetworkSpec, "serving": Serving, "policy": Policy,
             "robust": Robust}
-TOP_LEVEL = {"name", "description", "catalogue", *TABLES, "diurnal", *SECTIONS}
+TOP_LEVEL = {"name", "description", "catalogue", *TABLES, "diurnal", *SECTIONS, "traces"}
 
 
 def _fields(model: type[BaseModel]) -> tuple[list[str], list[str]]:
@@ -793,6 +793,10 @@ def load_raw(path: str | Path | None = None) -> RawScenario:
             raise ScenarioError(
                 unknown_id_message("scenario section", key, TOP_LEVEL), Origin(str(yaml_path), _key_line(doc, key))
             )
+    if "traces" in doc:  # the request logs the demand was derived from (`fleetplan demand`): checked, not planned
+        from optimizer.traces.spec import section_specs
+
+        section_specs(doc["traces"], yaml_path)
     catalogue = DATA_DIR
     if doc.get("catalogue"):
         catalogue = yaml_path.parent / str(doc["catalogue"])
