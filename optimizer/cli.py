@@ -291,6 +291,8 @@ def cmd_verify(args) -> int:
 
     from optimizer.verify import record_verification, verify_plan, write_verify
 
+    if args.trace:
+        return cmd_verify_trace(args)
     if not (Path(args.plan_dir) / "summary.json").exists():
         raise ScenarioError("not a plan folder (no summary.json)", field=args.plan_dir)
     slices = args.slices
@@ -298,7 +300,7 @@ def cmd_verify(args) -> int:
         slices = [x.strip() for x in slices.split(",") if x.strip()]
     progress = None if args.json else (lambda m: print(m, file=sys.stderr))
     result = verify_plan(args.plan_dir, slices=slices, requests=args.requests, seed=args.seed, progress=progress,
-                         prefill_batch_tokens=args.prefill_batch_tokens)
+                         prefill_batch_tokens=args.prefill_batch_tokens, arrivals=_poisson_source(args))
     write_verify(result, args.plan_dir)
     record_verification(result, args.plan_dir)
     sm = result.summary
@@ -316,6 +318,115 @@ def cmd_verify(args) -> int:
               f"{sm['goodput_fraction']:.4f} → " + ("every objective met" if sm["all_objectives_met"] else "OBJECTIVES MISSED"))
         print(f"written: {Path(args.plan_dir) / 'verify.csv'}")
     return 0 if sm["all_objectives_met"] else 7
+
+
+# ---------------------------------------------------------------------------- demand from request logs
+
+
+def _trace_specs(files: list[str], columns: str | None, tz: str | None, metro: str | None, workload: str | None):
+    """``[WORKLOAD=]FILE`` arguments and the reading flags → `TraceSpec`s."""
+    from optimizer.traces.spec import TraceSpec, parse_columns
+
+    mapping, fmt = parse_columns(columns)
+    specs = []
+    for item in files:
+        label, sep, path = item.partition("=")
+        if not sep or Path(item).exists():
+            label, path = workload, item
+        specs.append(TraceSpec(Path(path), mapping, fmt, tz or "UTC", metro, label or workload))
+    return specs
+
+
+def cmd_demand(args) -> int:
+    from optimizer.scenario import load_scenario
+    from optimizer.sources import read_yaml
+    from optimizer.traces.derive import derive
+    from optimizer.traces.spec import section_specs
+    from optimizer.traces.table import check_labels
+    from optimizer.traces.write import write_demand
+
+    s, raw = load_scenario(args.scenario)
+    if args.from_trace:
+        specs = _trace_specs(args.from_trace, args.columns, args.tz, args.metro, args.workload)
+    elif args.scenario and "traces" in (doc := read_yaml(raw.path)):
+        specs = section_specs(doc["traces"], raw.path)
+    else:
+        raise ScenarioError("give the request logs: --from-trace [WORKLOAD=]FILE …, or a scenario with a traces "
+                            "section", field="--from-trace")
+    derived = derive(specs, 365 / len(s.horizon.periods))
+    for w in derived.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    out = None
+    if args.out:
+        check_labels(derived, s)
+        out = write_demand(derived, s, specs, args.out, fill=args.fill)
+    if args.json:
+        _print_json(derived.as_dict())
+        return 0
+    print(_table([p.as_dict() for p in derived.pairs], [
+        ("metro", "metro", ""), ("workload", "workload", ""), ("requests", "requests", ",d"),
+        ("rate_per_s_mean", "req/s", ".3g"), ("isl_mean_tokens", "prompt mean", ",.0f"),
+        ("isl_p99_tokens", "prompt p99", ",.0f"), ("osl_mean_tokens", "output mean", ",.0f"),
+        ("osl_p99_tokens", "output p99", ",.0f"), ("peak_to_mean_per_minute", "peak/mean min", ".2f"),
+        ("peak_to_mean_per_second", "peak/mean s", ".1f"), ("dispersion_per_minute", "var/mean min", ".1f"),
+    ]))
+    for p in derived.pairs:
+        for note in p.notes:
+            print(f"  {p.metro or '-'} / {p.workload or '-'}: {note}")
+    if out:
+        print(f"written: {out / 'demand.csv'}, workloads.csv, hours.csv, lengths.csv, scenario.yaml, derived.json, "
+              "report.html")
+    return 0
+
+
+def _poisson_source(args, scenario=None):
+    """verify's Poisson arrivals, with the lengths of ``--lengths FILE`` when given."""
+    from optimizer.verify.arrivals import POISSON, Poisson
+
+    if not args.lengths:
+        return POISSON
+    from optimizer.plan import read_plan, scenario_of
+    from optimizer.traces.replay import read_lengths
+
+    scenario = scenario or scenario_of(read_plan(args.plan_dir), args.plan_dir)
+    return Poisson(read_lengths(args.lengths, scenario))
+
+
+def cmd_verify_trace(args) -> int:
+    """`verify --trace`: the Poisson run and the log's replay of the same plan, side by side."""
+    from optimizer.plan import read_plan, scenario_of
+    from optimizer.traces.replay import side_by_side, trace_arrivals
+    from optimizer.verify import _atomic_write, record_verification, verify_plan, write_verify
+
+    d = Path(args.plan_dir)
+    if not (d / "summary.json").exists():
+        raise ScenarioError("not a plan folder (no summary.json)", field=args.plan_dir)
+    slices = args.slices if args.slices in ("peak", "all") else [x.strip() for x in args.slices.split(",") if x.strip()]
+    s = scenario_of(read_plan(d), d)
+    source = trace_arrivals(_trace_specs(args.trace, args.columns, args.tz, None, None), s.workloads, args.trace_scale)
+    progress = None if args.json else (lambda m: print(m, file=sys.stderr))
+    runs = {name: verify_plan(d, slices=slices, requests=args.requests, seed=args.seed, progress=progress,
+                              prefill_batch_tokens=args.prefill_batch_tokens, arrivals=arrivals)
+            for name, arrivals in (("poisson", _poisson_source(args, s)), ("trace", source))}
+    for name, key, result in (("verify", "verification", runs["poisson"]),
+                              ("verify_trace", "verification_trace", runs["trace"])):
+        write_verify(result, d, name)
+        record_verification(result, d, key)
+    table = side_by_side(runs["poisson"], runs["trace"])
+    _atomic_write(d / "verify_compare.csv", table.to_csv(index=False, float_format="%.6g"))
+    met = {name: r.summary["all_objectives_met"] for name, r in runs.items()}
+    if args.json:
+        _print_json({"poisson": runs["poisson"].summary, "trace": runs["trace"].summary,
+                     "by_workload": table.to_dict("records")})
+    else:
+        print(table.T.to_string(header=False, float_format=lambda x: f"{x:,.4g}"))
+        for name, r in runs.items():
+            sm = r.summary
+            print(f"{name} ({sm['arrivals']}): {sm['requests_simulated']:,} requests simulated in {sm['seconds']:.0f} s;"
+                  f" TTFT attainment ≥ {sm['ttft_attainment_min']:.4f}, ITL attainment ≥ {sm['itl_attainment_min']:.4f}"
+                  " → " + ("every objective met" if met[name] else "OBJECTIVES MISSED"))
+        print(f"written: {d / 'verify.csv'}, verify_trace.csv, verify_compare.csv")
+    return 0 if all(met.values()) else 7
 
 
 def cmd_stress(args) -> int:
@@ -478,6 +589,18 @@ def build_parser() -> argparse.ArgumentParser:
                     help="what-if: prefill servers batch waiting prompts up to N new tokens (default 0: one "
                          "prompt at a time, as the plan sized them)")
     vf.add_argument("--json", action="store_true")
+    vf.add_argument("--trace", nargs="+", metavar="[WORKLOAD=]FILE",
+                    help="also replay request logs (CSV, Parquet, JSON lines) instead of Poisson arrivals and "
+                         "lognormal lengths, and put both runs side by side; WORKLOAD= names a log's workload when it "
+                         "has no workload column")
+    vf.add_argument("--trace-scale", choices=["planned", "recorded"], default="planned",
+                    help="replay each log resampled to the planned rates (default) or at its recorded rate")
+    vf.add_argument("--columns", metavar="FIELD=COLUMN,…",
+                    help="the logs' columns: timestamp, prompt, output, metro, workload, cached (default: usual names)")
+    vf.add_argument("--tz", help="time zone of naive timestamps in the logs (default UTC)")
+    vf.add_argument("--lengths", metavar="FILE",
+                    help="draw the Poisson run's prompt and output lengths from a log's empirical distributions (the "
+                         "lengths.csv of `fleetplan demand`) instead of lognormals")
     vf.set_defaults(func=cmd_verify)
 
     st = sub.add_parser("stress", help="evaluate a fixed plan under perturbed estimates or a lost site")
@@ -500,6 +623,25 @@ def build_parser() -> argparse.ArgumentParser:
     op.add_argument("--seed", type=int, default=0)
     op.add_argument("--json", action="store_true")
     op.set_defaults(func=cmd_operate)
+
+    dm = sub.add_parser("demand", help="demand, lengths and burstiness from request logs → a scenario's demand table")
+    dm.add_argument("scenario", nargs="?",
+                    help="scenario whose metros, workloads, periods and diurnal profiles are used (default: the "
+                         "reference); its traces section names the logs when --from-trace is not given")
+    dm.add_argument("--from-trace", nargs="+", metavar="[WORKLOAD=]FILE",
+                    help="request logs: CSV, Parquet or JSON lines, one row per request (optionally compressed)")
+    dm.add_argument("--out", help="demand folder to write (demand.csv, workloads.csv, scenario.yaml, report.html, …)")
+    dm.add_argument("--json", action="store_true", help="print what was derived per (metro, workload) as JSON")
+    dm.add_argument("--metro", help="the metro of logs without a metro column")
+    dm.add_argument("--workload", help="the workload of logs without a workload column")
+    dm.add_argument("--columns", metavar="FIELD=COLUMN,…",
+                    help="column mapping, e.g. prompt=ContextTokens,output=GeneratedTokens,timestamp=TIME:%%d/%%m/%%Y "
+                         "%%H:%%M; fields: timestamp, prompt, output, metro, workload, cached")
+    dm.add_argument("--tz", help="time zone of naive timestamps, e.g. Europe/Paris (default UTC)")
+    dm.add_argument("--fill", choices=["profile", "none"], default="profile",
+                    help="hours of the day the log does not cover: from the workload's diurnal profile anchored to "
+                         "the covered hours (default), or left at zero")
+    dm.set_defaults(func=cmd_demand)
 
     sc = sub.add_parser("scenarios", help="list the shipped example scenarios")
     sc.set_defaults(func=cmd_scenarios)
