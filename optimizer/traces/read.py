@@ -25,6 +25,7 @@ Two decisions:
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -192,6 +193,8 @@ def _convert(batch: pa.RecordBatch, state: ReadState) -> Chunk:
 def _timestamps(a, state: ReadState, first: int) -> np.ndarray:
     name = state.columns["timestamp"]
     _no_nulls(a, "timestamp", name, state, first)
+    if pa.types.is_string(a.type) or pa.types.is_large_string(a.type):
+        a = _numbers_if_all(a)
     if pa.types.is_integer(a.type) or pa.types.is_floating(a.type):
         ns = _epoch_ns(a.to_numpy(zero_copy_only=False), state)
     elif pa.types.is_timestamp(a.type):
@@ -209,39 +212,51 @@ def _timestamps(a, state: ReadState, first: int) -> np.ndarray:
     return ns
 
 
+def _numbers_if_all(a):
+    """Strings that are all numbers (epoch times read from a CSV) as numbers; else unchanged."""
+    for target in (pa.int64(), pa.float64()):
+        try:
+            return pc.cast(a, target)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+    return a
+
+
 def _epoch_ns(values: np.ndarray, state: ReadState) -> np.ndarray:
     """Epoch numbers → ns; the unit (s, ms, µs, ns) from the magnitude of the first chunk."""
     if state.epoch_unit is None:
         typical = float(np.median(np.abs(values)))
         state.epoch_unit = next(u for u in EPOCH_UNITS if typical < u[0])
     scale = state.epoch_unit[1]
-    if values.dtype.kind == "f":
-        return np.rint(values * scale).astype(np.int64)
+    if values.dtype.kind == "f":  # whole and fractional parts apart: 1.7e9 s × 1e9 is beyond float precision
+        whole = np.floor(values)
+        return whole.astype(np.int64) * scale + np.rint((values - whole) * scale).astype(np.int64)
     return values.astype(np.int64) * scale
 
 
 def _parse_strings(a, state: ReadState, first: int):
     """Strings → an arrow timestamp array: the given strftime format, else ISO 8601 (naive or
-    with a zone, by arrow), else the format pandas guesses from the first value."""
+    with a zone, by arrow), else the format pandas guesses from the first value (month first
+    where day and month are ambiguous: give the format to read day first)."""
     spec = state.spec
-    if spec.timestamp_format:
-        parsed = pc.strptime(a, format=spec.timestamp_format, unit="ns", error_is_null=True)
-        _first_unparsed(a, parsed.is_null(), state, first, f"the format {spec.timestamp_format!r}")
-        return parsed
-    for target in (pa.timestamp("ns"), pa.timestamp("ns", tz="UTC")):
-        try:
-            return pc.cast(a, target)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            continue
+    if not spec.timestamp_format:
+        for target in (pa.timestamp("ns"), pa.timestamp("ns", tz="UTC")):
+            try:
+                return pc.cast(a, target)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                continue
     values = a.to_numpy(zero_copy_only=False)
-    guessed = pd.tseries.api.guess_datetime_format(str(values[0]))
+    with warnings.catch_warnings():  # a guessed day-first format is used as guessed; the error says which
+        warnings.simplefilter("ignore", UserWarning)
+        guessed = spec.timestamp_format or pd.tseries.api.guess_datetime_format(str(values[0]))
     try:
         parsed = pd.to_datetime(pd.Series(values), format=guessed or "ISO8601", errors="coerce")
     except (ValueError, TypeError) as exc:  # zones mixed with naive times, or several zones
         raise ScenarioError(f"timestamps could not be read together: {exc} (expected one format, all with a "
                             "zone or all without)", Origin(str(spec.path)), field=state.columns["timestamp"]) from None
-    _first_unparsed(a, parsed.isna().to_numpy(), state, first, f"the format {guessed!r} guessed from the first row"
-                    if guessed else "ISO 8601")
+    tried = (f"the format {guessed!r}" + ("" if spec.timestamp_format else " guessed from the first row")) if guessed \
+        else "ISO 8601"
+    _first_unparsed(a, parsed.isna().to_numpy(), state, first, tried)
     return pa.array(parsed)
 
 

@@ -47,7 +47,7 @@ def check_labels(d: Derived, s: Scenario) -> None:
 def log_period(pair: PairStats, s: Scenario) -> int:
     """Index of the horizon period holding the middle of the log (periods run from 1 January)."""
     middle = pd.Timestamp((pair.first_ns + pair.last_ns) // 2)
-    day = middle.dayofyear - 1
+    day = middle.day_of_year - 1
     ends = np.cumsum([p.days for p in s.horizon.periods])
     return int(min(np.searchsorted(ends, day, side="right"), len(ends) - 1))
 
