@@ -119,7 +119,7 @@ def side_by_side(poisson, trace) -> pd.DataFrame:
     objectives = pd.DataFrame({"ttft_p99_ms_objective": by_pool["ttft_p99_ms_objective"].first(),
                                "itl_p99_ms_objective": by_pool["itl_p99_ms_objective"].first(),
                                "slo_attainment": by_pool["slo_attainment"].first()})
-    out = p.join(t, lsuffix="_poisson", rsuffix="_trace", how="outer").join(objectives)
+    out = p.add_suffix("_poisson").join(t.add_suffix("_trace"), how="outer").join(objectives)
     cols = ["requests", "ttft_p99_ms", "itl_p99_ms", "ttft_attainment", "ttft_attainment_worst_group",
             "itl_attainment", "passes"]
     order = [f"{c}_{k}" for c in cols for k in ("poisson", "trace")]

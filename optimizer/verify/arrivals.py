@@ -12,8 +12,8 @@ counted, and arrivals go on for a cool-down after the counted ones.
 
 `Trace` replays a log: per (metro, workload) a `Stream` of arrivals with their lengths.
 * The window: for a slice at UTC hour h, the hour h of the log's day with the most requests
-  in it, if the log covers that hour for at least 30 minutes; else the log's busiest 60
-  minutes (a log of an hour or less: the whole log). Every request of the window is
+  in it, if the log covers that hour for at least 30 minutes and it has requests; else the
+  log's busiest 60 minutes (a log of an hour or less: the whole log). Every request of the window is
   counted; the window's last stretch is replayed before it as a warm-up (10 % of the
   window, at least half a mean decode duration) and its first stretch after it as the
   cool-down, so the queues at the window's start are those of a running hour.
@@ -146,7 +146,7 @@ class Stream:
             hi = min((day * 86400 + (utc_hour + 1) * 3600) * NS, last + 1)
             if hi - lo >= MIN_HOUR_COVER_S * NS:
                 a, b = np.searchsorted(t, [lo, hi])
-                if best is None or b - a > best[1] - best[0]:
+                if b > a and (best is None or b - a > best[1] - best[0]):
                     best = (int(a), int(b), lo, (hi - lo) / NS)
         if best is None:
             if last - first <= WINDOW_S * NS:
