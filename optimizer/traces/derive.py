@@ -42,7 +42,7 @@ from optimizer.traces.spec import TraceSpec
 EPOCH0_S = pd.Timestamp("1990-01-01").value // NS  # seconds are keyed from here (timestamps start in 1990)
 SECOND_BITS = 33
 LENGTH_BITS = 24  # lengths are at most MAX_TOKENS < 2**24
-COMPACT_ENTRIES = 4_000_000
+MERGE_ENTRIES = 20_000_000
 HOUR_S = 3600
 MIN_LAST_STRETCH_S = 1800
 MIN_ONLY_STRETCH_S = 600
@@ -51,7 +51,9 @@ GROWTH_MIN_DAYS = 14
 
 
 class _SparseCounts:
-    """Counts per int64 key, merged as chunks come in (memory: distinct keys)."""
+    """Counts per int64 key: each chunk's sorted distinct keys and their counts, kept as they
+    come. A log in time order thus holds each (pair, second) about once; the pieces are
+    merged only when they pile up beyond `MERGE_ENTRIES` (a log far out of order)."""
 
     def __init__(self):
         self.keys: list[np.ndarray] = []
@@ -63,23 +65,27 @@ class _SparseCounts:
         self.keys.append(k)
         self.counts.append(c.astype(np.int64))
         self.entries += len(k)
-        if self.entries > COMPACT_ENTRIES:
-            self.compact()
+        if self.entries > MERGE_ENTRIES:
+            k, c = self._sum(self.keys, self.counts)
+            self.keys, self.counts, self.entries = [k], [c], len(k)
 
-    def compact(self) -> tuple[np.ndarray, np.ndarray]:
-        if len(self.keys) != 1:
-            k = np.concatenate(self.keys) if self.keys else np.zeros(0, np.int64)
-            c = np.concatenate(self.counts) if self.counts else np.zeros(0, np.int64)
-            u, inv = np.unique(k, return_inverse=True)
-            self.keys, self.counts = [u], [np.bincount(inv, weights=c, minlength=len(u)).astype(np.int64)]
-            self.entries = len(u)
-        return self.keys[0], self.counts[0]
+    @staticmethod
+    def _sum(keys: list[np.ndarray], counts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        if not keys:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        u, inv = np.unique(np.concatenate(keys), return_inverse=True)
+        return u, np.bincount(inv, weights=np.concatenate(counts), minlength=len(u)).astype(np.int64)
 
     def of(self, group: int, bits: int) -> tuple[np.ndarray, np.ndarray]:
         """(values, counts) of one group, values ascending."""
-        k, c = self.compact()
-        lo, hi = np.searchsorted(k, [group << bits, (group + 1) << bits])
-        return k[lo:hi] - (group << bits), c[lo:hi]
+        lo, hi = group << bits, (group + 1) << bits
+        keys, counts = [], []
+        for k, c in zip(self.keys, self.counts):
+            a, b = np.searchsorted(k, [lo, hi])
+            keys.append(k[a:b])
+            counts.append(c[a:b])
+        u, c = self._sum(keys, counts)
+        return u - lo, c
 
 
 @dataclass
@@ -278,13 +284,25 @@ def _pair_stats(acc: _Accumulator, key: tuple, pid: int, days_per_period: float)
     out.growth, note = _growth(dense, lo + EPOCH0_S, days_per_period)
     out.notes.append(note)
     out.notes.append(f"lengths from {requests:,} requests; burstiness from {len(stretches)} hour(s) of the log "
-                     f"({int(stretches['seconds'].sum()) // 60} whole minutes); hourly rates for UTC hours "
-                     + ", ".join(str(int(h)) for h in out.hours["utc_hour"]))
+                     f"({int(stretches['seconds'].sum()) // 60:,} whole minutes); hourly rates for UTC hours "
+                     + hour_ranges(out.hours["utc_hour"]))
     ratio = osl.quantile(0.99) / osl.mean, isl.quantile(0.99) / isl.mean
     if max(ratio) > 14.9:
         out.notes.append("a p99 more than 14.9× its mean cannot be a lognormal: the workload row caps it there, "
                          "the empirical distribution keeps the tail")
     return out
+
+
+def hour_ranges(hours) -> str:
+    """[0, 1, 2, 5, 7, 8] → '0–2, 5, 7–8'."""
+    hours = sorted(int(h) for h in hours)
+    runs: list[list[int]] = []
+    for h in hours:
+        if runs and h == runs[-1][-1] + 1:
+            runs[-1].append(h)
+        else:
+            runs.append([h])
+    return ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
 
 
 def _stretches(dense: np.ndarray, start_s: int, name: str, requests: int) -> pd.DataFrame:

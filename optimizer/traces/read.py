@@ -44,7 +44,7 @@ MAX_TOKENS = 10_000_000
 NS = 1_000_000_000
 EARLIEST_NS = pd.Timestamp("1990-01-01").value
 LATEST_NS = pd.Timestamp("2100-01-01").value
-CSV_BLOCK_BYTES = 1 << 24
+CSV_BLOCK_BYTES = 1 << 22
 PARQUET_BATCH_ROWS = 1 << 20
 EPOCH_UNITS = ((1e11, NS, "seconds"), (1e14, 1_000_000, "milliseconds"), (1e17, 1_000, "microseconds"),
                (float("inf"), 1, "nanoseconds"))
@@ -77,6 +77,7 @@ class ReadState:
     first_out_of_order: int | None = None
     largest_step_back_s: float = 0.0
     epoch_unit: tuple | None = None
+    string_route: object = None  # how this file's timestamp strings are read (`_typed_strings`)
     sub_ms: bool | None = None  # timestamps carry digits below the millisecond (None: not yet known)
     first_rows: dict = field(default_factory=dict)  # (kind, name) → first row with that label
     _last: tuple | None = None
@@ -194,7 +195,7 @@ def _timestamps(a, state: ReadState, first: int) -> np.ndarray:
     name = state.columns["timestamp"]
     _no_nulls(a, "timestamp", name, state, first)
     if pa.types.is_string(a.type) or pa.types.is_large_string(a.type):
-        a = _numbers_if_all(a)
+        a = _typed_strings(a, state, first)
     if pa.types.is_integer(a.type) or pa.types.is_floating(a.type):
         ns = _epoch_ns(a.to_numpy(zero_copy_only=False), state)
     elif pa.types.is_timestamp(a.type):
@@ -212,14 +213,37 @@ def _timestamps(a, state: ReadState, first: int) -> np.ndarray:
     return ns
 
 
-def _numbers_if_all(a):
-    """Strings that are all numbers (epoch times read from a CSV) as numbers; else unchanged."""
-    for target in (pa.int64(), pa.float64()):
-        try:
-            return pc.cast(a, target)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            continue
-    return a
+STRING_ROUTES = (pa.int64(), pa.float64(), pa.timestamp("ns"), pa.timestamp("ns", tz="UTC"))
+PROBE_ROWS = 1000
+
+
+def _typed_strings(a, state: ReadState, first: int):
+    """Timestamp strings → epoch numbers or arrow timestamps. The first of `STRING_ROUTES`
+    (epoch integers, epoch decimals, naive ISO 8601, ISO 8601 with a zone) that reads the first
+    rows is kept for the file — a failing arrow cast costs as much as a whole parse; strings
+    none of them reads go to `_parse_strings`."""
+    if state.spec.timestamp_format:
+        return _parse_strings(a, state, first)
+    if state.string_route is None:
+        state.string_route = next((r for r in STRING_ROUTES if _casts(a.slice(0, PROBE_ROWS), r)), False)
+    if state.string_route is False:
+        return _parse_strings(a, state, first)
+    try:
+        return pc.cast(a, state.string_route)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # a row unlike the first ones: find and name it
+        if pa.types.is_timestamp(state.string_route):
+            return _parse_strings(a, state, first)
+        numbers = pd.to_numeric(pd.Series(a.to_numpy(zero_copy_only=False)), errors="coerce")
+        _first_unparsed(a, numbers.isna().to_numpy(), state, first, "epoch numbers, as in the first rows")
+        raise
+
+
+def _casts(a, target) -> bool:
+    try:
+        pc.cast(a, target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return False
+    return True
 
 
 def _epoch_ns(values: np.ndarray, state: ReadState) -> np.ndarray:
@@ -235,16 +259,10 @@ def _epoch_ns(values: np.ndarray, state: ReadState) -> np.ndarray:
 
 
 def _parse_strings(a, state: ReadState, first: int):
-    """Strings → an arrow timestamp array: the given strftime format, else ISO 8601 (naive or
-    with a zone, by arrow), else the format pandas guesses from the first value (month first
-    where day and month are ambiguous: give the format to read day first)."""
+    """Strings → an arrow timestamp array by pandas: the given strftime format, else the
+    format pandas guesses from the first value (month first where day and month are
+    ambiguous: give the format to read day first), else ISO 8601 in any of its forms."""
     spec = state.spec
-    if not spec.timestamp_format:
-        for target in (pa.timestamp("ns"), pa.timestamp("ns", tz="UTC")):
-            try:
-                return pc.cast(a, target)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                continue
     values = a.to_numpy(zero_copy_only=False)
     with warnings.catch_warnings():  # a guessed day-first format is used as guessed; the error says which
         warnings.simplefilter("ignore", UserWarning)

@@ -54,14 +54,15 @@ def _stream(parts: list) -> Stream:
     return Stream(t[order], isl[order], osl[order], None if (cached < 0).any() else cached)
 
 
-def trace_arrivals(specs: list[TraceSpec], workloads, scale: str = "planned") -> Trace:
-    """Logs → a `Trace` source (`optimizer.verify.arrivals`) for the plan's ``workloads``."""
+def trace_arrivals(specs: list[TraceSpec], workloads, scale: str = "planned", **options) -> Trace:
+    """Logs → a `Trace` source (`optimizer.verify.arrivals`) for the plan's ``workloads``;
+    ``options`` go to `Trace` (``jitter_gaps``)."""
     parts = _streams(specs, workloads)
     streams = {key: _stream(p) for key, p in parts.items()}
     for k in {k for _, k in parts}:
         if (None, k) not in streams:
             streams[(None, k)] = _stream([x for (m, kk), p in parts.items() if kk == k for x in p])
-    return Trace(streams, scale)
+    return Trace(streams, scale, **options)
 
 
 def read_lengths(path, scenario) -> dict:

@@ -1,5 +1,6 @@
 """A short, offline report of what a log gave: the day's rates, the log's minutes and the
-length distributions, as PNG figures and one HTML page with them embedded."""
+length distributions, as PNG figures and one HTML page with them embedded. The figures show
+the `MAX_PAIRS` (metro, workload) pairs with the most requests; the tables show all."""
 
 from __future__ import annotations
 
@@ -14,7 +15,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from optimizer.traces.derive import Derived  # noqa: E402
+from optimizer.traces.derive import HOUR_S, Derived  # noqa: E402
+
+MAX_PAIRS = 8
+SHOWN_HOURS = 3  # the minutes figure shows this many hours around each pair's busiest hour of the log
+
+
+def _shown(d: Derived) -> list:
+    """The pairs the figures show: the `MAX_PAIRS` with the most requests."""
+    return sorted(d.pairs, key=lambda p: -p.requests)[:MAX_PAIRS]
 
 
 def _png(fig) -> bytes:
@@ -28,12 +37,13 @@ def day_figure(d: Derived, hourly: dict) -> bytes:
     """Requests/s per UTC hour for each (metro, workload): measured hours as bars, filled ones
     as a line. ``hourly``: (metro, workload) → `table.hourly_rates` frame."""
     fig, ax = plt.subplots(figsize=(10, 3.8))
-    width = 0.8 / max(len(d.pairs), 1)
-    for i, pair in enumerate(d.pairs):
+    pairs = _shown(d)
+    width = 0.8 / len(pairs)
+    for i, pair in enumerate(pairs):
         h = hourly[(pair.metro, pair.workload)]
         label = f"{pair.metro} / {pair.workload}"
         measured = h[h["source"] == "log"]
-        bars = ax.bar(measured["hour"] + (i - (len(d.pairs) - 1) / 2) * width, measured["requests_per_s"], width,
+        bars = ax.bar(measured["hour"] + (i - (len(pairs) - 1) / 2) * width, measured["requests_per_s"], width,
                       label=f"{label} (log)")
         ax.plot(h["hour"], h["requests_per_s"], "--", color=bars.patches[0].get_facecolor() if bars.patches else None,
                 lw=1, label=f"{label} (profile fill)" if (h["source"] != "log").any() else None)
@@ -46,10 +56,14 @@ def day_figure(d: Derived, hourly: dict) -> bytes:
 
 
 def minutes_figure(d: Derived) -> bytes:
-    """Requests per minute through the log, with each pair's mean: the burstiness."""
-    fig, axes = plt.subplots(len(d.pairs), 1, figsize=(10, 2.4 * len(d.pairs)), squeeze=False)
-    for ax, pair in zip(axes[:, 0], d.pairs):
-        m = pair.per_minute
+    """Requests per minute through the log (at most `SHOWN_HOURS` around its busiest hour),
+    with the mean: the burstiness."""
+    pairs = _shown(d)
+    fig, axes = plt.subplots(len(pairs), 1, figsize=(10, 2.4 * len(pairs)), squeeze=False)
+    for ax, pair in zip(axes[:, 0], pairs):
+        busiest = pair.stretches.loc[pair.stretches["requests"].idxmax(), "start_utc"]
+        half = pd.Timedelta(seconds=HOUR_S * (SHOWN_HOURS - 1) / 2)
+        m = pair.per_minute[busiest - half: busiest + half + pd.Timedelta(seconds=HOUR_S)]
         ax.step(m.index, m.to_numpy(), where="post", lw=0.9)
         ax.axhline(m.mean(), color="0.3", ls="--", lw=1, label=f"mean {m.mean():.0f}/min")
         ax.set(ylabel="requests/min", title=f"{pair.metro} / {pair.workload}: busiest minute "
@@ -67,7 +81,7 @@ def lengths_figure(d: Derived) -> bytes:
     """Prompt and output length histograms (log-spaced bins), p99 marked."""
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
     for ax, name, what in ((a1, "isl", "prompt"), (a2, "osl", "output")):
-        for pair in d.pairs:
+        for pair in _shown(d):
             lengths = getattr(pair, name)
             bins = np.geomspace(max(lengths.tokens[0], 1), lengths.tokens[-1] + 1, 40)
             _, _, patches = ax.hist(lengths.tokens, bins=bins, weights=lengths.requests / lengths.requests.sum(),

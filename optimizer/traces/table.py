@@ -25,7 +25,7 @@ from optimizer.curves.lengths import MAX_P99_OVER_MEAN
 from optimizer.demand import profile_at
 from optimizer.errors import ScenarioError, unknown_id_message
 from optimizer.scenario import Scenario
-from optimizer.traces.derive import Derived, Lengths, PairStats
+from optimizer.traces.derive import Derived, Lengths, PairStats, hour_ranges
 
 PEAK_FACTOR_MAX = 20.0  # the workload field's upper bound
 
@@ -82,8 +82,8 @@ def fill_note(hourly: pd.DataFrame) -> str:
     if filled.empty:
         left = 24 - len(measured)
         return "every UTC hour from the log" if not left else f"{left} UTC hours the log does not cover have no demand"
-    return (f"UTC hours {', '.join(map(str, filled['hour']))} filled from {filled['source'].iloc[0]}, anchored to the "
-            f"log's hours {', '.join(map(str, measured))}")
+    return (f"UTC hours {hour_ranges(filled['hour'])} filled from {filled['source'].iloc[0]}, anchored to the "
+            f"log's hours {hour_ranges(measured)}")
 
 
 def demand_rows(d: Derived, s: Scenario, fill: str = "profile") -> pd.DataFrame:

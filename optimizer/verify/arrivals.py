@@ -160,11 +160,12 @@ class Stream:
 class Trace:
     """A log replayed, scaled to the planned rates or as recorded (module docstring)."""
 
-    def __init__(self, streams: dict, scale: str = "planned"):
+    def __init__(self, streams: dict, scale: str = "planned", jitter_gaps: float = JITTER_GAPS):
         if scale not in ("planned", "recorded"):
             raise ValueError(f"scale is 'planned' or 'recorded', got {scale!r}")
         self.streams = streams  # (metro or None, workload) → Stream
         self.scale = scale
+        self.jitter_gaps = jitter_gaps
         self.name = f"trace ({scale})"
         self.slice_totals: dict = {}
 
@@ -221,7 +222,7 @@ class Trace:
             pos, t = _cyclic(rel, length_s, warm, cool)
             rate = (b - a) / length_s
             f = float(ctx.rates[idx].sum()) / rate
-            copy_of, t = _resample(t, f, JITTER_GAPS / rate, ctx.rng_arrival)
+            copy_of, t = _resample(t, f, self.jitter_gaps / rate, ctx.rng_arrival)
             src = a + pos[copy_of]
             share = ctx.rates[idx] / ctx.rates[idx].sum()
             route = np.asarray(idx)[ctx.rng_route.choice(len(idx), len(src), p=share)]
