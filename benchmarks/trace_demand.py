@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default="1000000,10000000")
     ap.add_argument("--format", default="csv,parquet")
-    ap.add_argument("--keep", help="folder to keep the logs in (default: a temporary one)")
+    ap.add_argument("--keep", help="folder to keep the logs in, and to reuse them from (default: a temporary one)")
     args = ap.parse_args(argv)
     lines = ["| rows | format | file MiB | write log s | demand s | requests/s | peak memory MiB |",
              "|---:|---|---:|---:|---:|---:|---:|"]
@@ -85,16 +85,17 @@ def main(argv=None) -> int:
         for rows in (int(x) for x in args.rows.split(",")):
             for fmt in args.format.split(","):
                 log = folder / f"log-{rows}.{fmt}"
-                log.unlink(missing_ok=True)
-                t0 = time.perf_counter()
-                write_log(log, rows, fmt)
-                written = time.perf_counter() - t0
+                written = "kept"
+                if not (args.keep and log.exists()):
+                    t0 = time.perf_counter()
+                    write_log(log, rows, fmt)
+                    written = f"{time.perf_counter() - t0:.1f}"
                 t0 = time.perf_counter()
                 done = subprocess.run([sys.executable, "-c", MEASURED, "demand", "--from-trace", str(log), "--out",
                                        str(folder / f"demand-{rows}-{fmt}")], check=True, capture_output=True, text=True)
                 seconds = time.perf_counter() - t0
                 peak_mib = int(done.stderr.strip().splitlines()[-1]) / 1024
-                lines.append(f"| {rows:,} | {fmt} | {log.stat().st_size / 2**20:,.0f} | {written:.1f} | {seconds:.1f} | "
+                lines.append(f"| {rows:,} | {fmt} | {log.stat().st_size / 2**20:,.0f} | {written} | {seconds:.1f} | "
                              f"{rows / seconds:,.0f} | {peak_mib:,.0f} |")
                 print(lines[-1], file=sys.stderr)
     print("\n".join(lines))

@@ -392,6 +392,22 @@ def _poisson_source(args, scenario=None):
     return Poisson(read_lengths(args.lengths, scenario))
 
 
+def _side_by_side_text(table) -> str:
+    """Per workload: Poisson / trace figures and the objective, one line each."""
+    def pair(row, key, fmt):
+        return " / ".join(format(row[f"{key}_{run}"], fmt) for run in ("poisson", "trace"))
+
+    rows = [{"workload": r["workload"], "requests": pair(r, "requests", ",.0f"),
+             "ttft": f"{pair(r, 'ttft_p99_ms', ',.0f')} / {r['ttft_p99_ms_objective']:g}",
+             "itl": f"{pair(r, 'itl_p99_ms', '.1f')} / {r['itl_p99_ms_objective']:g}",
+             "attainment": f"{pair(r, 'ttft_attainment', '.4f')} (≥ {r['slo_attainment']:g})",
+             "passes": " / ".join("yes" if r[f"passes_{run}"] else "NO" for run in ("poisson", "trace"))}
+            for r in table.to_dict("records")]
+    return _table(rows, [("workload", "workload", ""), ("requests", "requests P / T", ""),
+                         ("ttft", "p99 TTFT ms P / T / objective", ""), ("itl", "p99 ITL ms P / T / objective", ""),
+                         ("attainment", "TTFT attainment P / T", ""), ("passes", "passes P / T", "")])
+
+
 def cmd_verify_trace(args) -> int:
     """`verify --trace`: the Poisson run and the log's replay of the same plan, side by side."""
     from optimizer.plan import read_plan, scenario_of
@@ -419,7 +435,7 @@ def cmd_verify_trace(args) -> int:
         _print_json({"poisson": runs["poisson"].summary, "trace": runs["trace"].summary,
                      "by_workload": table.to_dict("records")})
     else:
-        print(table.T.to_string(header=False, float_format=lambda x: f"{x:,.4g}"))
+        print(_side_by_side_text(table))
         for name, r in runs.items():
             sm = r.summary
             print(f"{name} ({sm['arrivals']}): {sm['requests_simulated']:,} requests simulated in {sm['seconds']:.0f} s;"

@@ -2,8 +2,8 @@
 
 The pass (`derive`) keeps, per (metro, workload), counts of requests per clock second
 (only seconds that have requests) and counts of requests per prompt and per output length
-— memory grows with the log's span and the number of distinct lengths, never with its
-rows. From them, exactly:
+— memory grows with the log's span and the number of distinct lengths, not with its rows
+(`benchmarks/trace_demand.py`). From them, exactly:
 
 * ``requests``; ``rate_per_s_mean`` = requests / (last − first arrival) of the log's files
   that hold the pair (the log's window).
@@ -42,7 +42,7 @@ from optimizer.traces.spec import TraceSpec
 EPOCH0_S = pd.Timestamp("1990-01-01").value // NS  # seconds are keyed from here (timestamps start in 1990)
 SECOND_BITS = 33
 LENGTH_BITS = 24  # lengths are at most MAX_TOKENS < 2**24
-MERGE_ENTRIES = 20_000_000
+MERGE_ENTRIES = 2_000_000
 HOUR_S = 3600
 MIN_LAST_STRETCH_S = 1800
 MIN_ONLY_STRETCH_S = 600
@@ -52,22 +52,25 @@ GROWTH_MIN_DAYS = 14
 
 class _SparseCounts:
     """Counts per int64 key: each chunk's sorted distinct keys and their counts, kept as they
-    come. A log in time order thus holds each (pair, second) about once; the pieces are
-    merged only when they pile up beyond `MERGE_ENTRIES` (a log far out of order)."""
+    come (a log in time order thus holds each (pair, second) about once) and merged when the
+    pieces add up to twice the distinct keys of the last merge, at least `MERGE_ENTRIES`:
+    memory stays within about twice the distinct keys, merges are few."""
 
     def __init__(self):
         self.keys: list[np.ndarray] = []
         self.counts: list[np.ndarray] = []
         self.entries = 0
+        self.limit = MERGE_ENTRIES
 
     def add(self, keys: np.ndarray) -> None:
         k, c = np.unique(keys, return_counts=True)
         self.keys.append(k)
         self.counts.append(c.astype(np.int64))
         self.entries += len(k)
-        if self.entries > MERGE_ENTRIES:
+        if self.entries > self.limit:
             k, c = self._sum(self.keys, self.counts)
             self.keys, self.counts, self.entries = [k], [c], len(k)
+            self.limit = max(MERGE_ENTRIES, 2 * len(k))
 
     @staticmethod
     def _sum(keys: list[np.ndarray], counts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -45,7 +45,7 @@ NS = 1_000_000_000
 EARLIEST_NS = pd.Timestamp("1990-01-01").value
 LATEST_NS = pd.Timestamp("2100-01-01").value
 CSV_BLOCK_BYTES = 1 << 22
-PARQUET_BATCH_ROWS = 1 << 20
+PARQUET_BATCH_ROWS = 1 << 17
 EPOCH_UNITS = ((1e11, NS, "seconds"), (1e14, 1_000_000, "milliseconds"), (1e17, 1_000, "microseconds"),
                (float("inf"), 1, "nanoseconds"))
 
