@@ -145,7 +145,7 @@ def test_cli_puts_both_runs_side_by_side(lean, capsys):
     assert main(["verify", str(plan), "--slices", "Y/all/3", "--requests", "3000",
                  "--trace", f"{WORKLOAD}={flat}"]) == 0
     out = capsys.readouterr().out
-    assert "ttft_attainment_trace" in out and "trace (planned)" in out
+    assert "TTFT attainment P / T" in out and "trace (planned)" in out
     table = pd.read_csv(plan / "verify_compare.csv")
     assert list(table["workload"]) == [WORKLOAD]
     for col in ("ttft_attainment_poisson", "ttft_attainment_trace", "ttft_p99_ms_poisson", "ttft_p99_ms_trace",
