@@ -367,8 +367,9 @@ def cmd_demand(args) -> int:
         ("metro", "metro", ""), ("workload", "workload", ""), ("requests", "requests", ",d"),
         ("rate_per_s_mean", "req/s", ".3g"), ("isl_mean_tokens", "prompt mean", ",.0f"),
         ("isl_p99_tokens", "prompt p99", ",.0f"), ("osl_mean_tokens", "output mean", ",.0f"),
-        ("osl_p99_tokens", "output p99", ",.0f"), ("peak_to_mean_per_minute", "peak/mean min", ".2f"),
-        ("peak_to_mean_per_second", "peak/mean s", ".1f"), ("dispersion_per_minute", "var/mean min", ".1f"),
+        ("osl_p99_tokens", "output p99", ",.0f"), ("peak_to_mean_per_minute", "peak/mean 60 s", ".2f"),
+        ("peak_to_mean_per_10s", "10 s", ".2f"), ("peak_to_mean_per_second", "1 s", ".1f"),
+        ("dispersion_per_minute", "var/mean min", ".1f"),
     ]))
     for p in derived.pairs:
         for note in p.notes:
@@ -419,7 +420,8 @@ def cmd_verify_trace(args) -> int:
         raise ScenarioError("not a plan folder (no summary.json)", field=args.plan_dir)
     slices = args.slices if args.slices in ("peak", "all") else [x.strip() for x in args.slices.split(",") if x.strip()]
     s = scenario_of(read_plan(d), d)
-    source = trace_arrivals(_trace_specs(args.trace, args.columns, args.tz, None, None), s.workloads, args.trace_scale)
+    source = trace_arrivals(_trace_specs(args.trace, args.columns, args.tz, None, None), s.workloads, args.trace_scale,
+                            jitter_gaps=args.trace_jitter)
     progress = None if args.json else (lambda m: print(m, file=sys.stderr))
     runs = {name: verify_plan(d, slices=slices, requests=args.requests, seed=args.seed, progress=progress,
                               prefill_batch_tokens=args.prefill_batch_tokens, arrivals=arrivals)
@@ -611,6 +613,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "has no workload column")
     vf.add_argument("--trace-scale", choices=["planned", "recorded"], default="planned",
                     help="replay each log resampled to the planned rates (default) or at its recorded rate")
+    vf.add_argument("--trace-jitter", type=float, default=10.0, metavar="GAPS",
+                    help="a log request replayed as several spreads its copies over GAPS mean gaps of the log "
+                         "(default 10); larger values smooth bursts shorter than that instead of scaling them")
     vf.add_argument("--columns", metavar="FIELD=COLUMN,…",
                     help="the logs' columns: timestamp, prompt, output, metro, workload, cached (default: usual names)")
     vf.add_argument("--tz", help="time zone of naive timestamps in the logs (default UTC)")

@@ -56,6 +56,7 @@ def _pandas_figures(path: Path) -> dict:
         "osl_mean_tokens": df["GeneratedTokens"].mean(),
         "osl_p99_tokens": float(np.quantile(df["GeneratedTokens"], 0.99, method="inverted_cdf")),
         "peak_to_mean_per_minute": seconds.rolling(60).sum().max() / (60 * mean_per_s),
+        "peak_to_mean_per_10s": seconds.rolling(10).sum().max() / (10 * mean_per_s),
         "peak_to_mean_per_second": seconds.max() / mean_per_s,
         "dispersion_per_minute": minutes.var(ddof=1) / minutes.mean(),
         "hour18_requests_per_s": hour18.sum() / len(hour18),
@@ -76,7 +77,8 @@ def test_shipped_log_figures_match_pandas_on_the_raw_file(azure, path, workload)
     got = pair.as_dict()
     want = _pandas_figures(path)
     for key in ("requests", "rate_per_s_mean", "isl_mean_tokens", "isl_p99_tokens", "osl_mean_tokens",
-                "osl_p99_tokens", "peak_to_mean_per_minute", "peak_to_mean_per_second", "dispersion_per_minute"):
+                "osl_p99_tokens", "peak_to_mean_per_minute", "peak_to_mean_per_10s", "peak_to_mean_per_second",
+                "dispersion_per_minute"):
         assert got[key] == pytest.approx(want[key], rel=1e-9), key
     hour18 = pair.hours.set_index("utc_hour").loc[18, "requests_per_s"]
     assert hour18 == pytest.approx(want["hour18_requests_per_s"], rel=1e-9)

@@ -14,6 +14,7 @@ The pass (`derive`) keeps, per (metro, workload), counts of requests per clock s
   window's first whole second (a last, shorter stretch counts if it lasts 30 minutes, or
   if it is the only one and lasts 10). In each stretch with requests, of mean rate m per s:
       peak_to_mean_per_minute = max over 60-s windows (sliding by 1 s) of requests ÷ (60·m)
+      peak_to_mean_per_10s    = the same over 10-s windows
       peak_to_mean_per_second = max over clock seconds of requests ÷ m
       dispersion_per_minute  = variance / mean of requests per consecutive 60-s bin (n − 1)
   each averaged over the stretches (Poisson arrivals give a dispersion of 1).
@@ -161,6 +162,7 @@ class PairStats:
             "osl_mean_tokens": osl["mean"], "osl_p50_tokens": osl["p50"], "osl_p90_tokens": osl["p90"],
             "osl_p99_tokens": osl["p99"], "osl_max_tokens": osl["max"],
             "peak_to_mean_per_minute": self.burstiness("peak_to_mean_per_minute"),
+            "peak_to_mean_per_10s": self.burstiness("peak_to_mean_per_10s"),
             "peak_to_mean_per_second": self.burstiness("peak_to_mean_per_second"),
             "dispersion_per_minute": self.burstiness("dispersion_per_minute"),
             "hours_of_log": int(len(self.stretches)),
@@ -322,10 +324,11 @@ def _stretches(dense: np.ndarray, start_s: int, name: str, requests: int) -> pd.
             continue
         mean_s = n / len(c)
         cs = np.concatenate(([0], np.cumsum(c)))
-        busiest_minute = int((cs[60:] - cs[:-60]).max())
+        busiest = {w: int((cs[w:] - cs[:-w]).max()) for w in (60, 10)}
         minutes = c[: len(c) // 60 * 60].reshape(-1, 60).sum(axis=1)
         rows.append({"start_utc": pd.Timestamp((start_s + a) * NS), "seconds": len(c), "requests": n,
-                     "peak_to_mean_per_minute": busiest_minute / (60 * mean_s),
+                     "peak_to_mean_per_minute": busiest[60] / (60 * mean_s),
+                     "peak_to_mean_per_10s": busiest[10] / (10 * mean_s),
                      "peak_to_mean_per_second": float(c.max()) / mean_s,
                      "dispersion_per_minute": float(minutes.var(ddof=1) / minutes.mean()) if minutes.mean() > 0
                      else float("nan")})

@@ -97,7 +97,8 @@ def lengths_figure(d: Derived) -> bytes:
 def render(d: Derived, figures: dict[str, bytes], workloads: pd.DataFrame) -> str:
     table = pd.DataFrame([p.as_dict() for p in d.pairs])[
         ["metro", "workload", "requests", "rate_per_s_mean", "isl_mean_tokens", "isl_p99_tokens", "osl_mean_tokens",
-         "osl_p99_tokens", "peak_to_mean_per_minute", "peak_to_mean_per_second", "dispersion_per_minute"]]
+         "osl_p99_tokens", "peak_to_mean_per_minute", "peak_to_mean_per_10s", "peak_to_mean_per_second",
+         "dispersion_per_minute"]]
     notes = [f"{p.metro} / {p.workload}: {n}" for p in d.pairs for n in p.notes] + d.warnings
     images = "\n".join(f'<h2>{html.escape(name)}</h2><img alt="{html.escape(name)}" '
                        f'src="data:image/png;base64,{base64.b64encode(data).decode()}">' for name, data in figures.items())
