@@ -440,7 +440,7 @@ def cmd_verify_trace(args) -> int:
         print(_side_by_side_text(table))
         for name, r in runs.items():
             sm = r.summary
-            print(f"{name} ({sm['arrivals']}): {sm['requests_simulated']:,} requests simulated in {sm['seconds']:.0f} s;"
+            print(f"{sm['arrivals']}: {sm['requests_simulated']:,} requests simulated in {sm['seconds']:.0f} s;"
                   f" TTFT attainment ≥ {sm['ttft_attainment_min']:.4f}, ITL attainment ≥ {sm['itl_attainment_min']:.4f}"
                   " → " + ("every objective met" if met[name] else "OBJECTIVES MISSED"))
         print(f"written: {d / 'verify.csv'}, verify_trace.csv, verify_compare.csv")

@@ -352,9 +352,9 @@ def _growth(dense: np.ndarray, start_s: int, days_per_period: float) -> tuple[di
     first_day = -(-start_s // day)
     days = max((start_s + len(dense)) // day - first_day, 0)
     if days < GROWTH_MIN_DAYS:
-        span = len(dense) / day
-        return None, (f"growth not estimated: the log spans {span:.2f} days, {days} of them whole UTC days; "
-                      f"{GROWTH_MIN_DAYS} are needed")
+        span = f"{len(dense) / 3600:.2f} hours" if len(dense) < 2 * day else \
+            f"{len(dense) / day:.1f} days ({days} whole UTC days)"
+        return None, f"growth not estimated: the log spans {span}; {GROWTH_MIN_DAYS} whole UTC days are needed"
     a = first_day * day - start_s
     daily = dense[a:a + days * day].reshape(days, day).sum(axis=1)
     if (daily <= 0).any():
