@@ -8,6 +8,23 @@ microsecond) in chunks, then runs `fleetplan demand --from-trace LOG --out DIR` 
 process and prints one Markdown table: rows, format, file MiB, seconds to derive and write
 the demand folder, requests per second, and the peak memory of that process. The peak
 memory staying flat from 1 M to 10 M rows is what "bounded" means here.
+
+Measured 2026-12-03 on 2 cores shared with other jobs (logs kept from an earlier run; writing
+the 10 M-row CSV took 79–89 s, the Parquet 45 s):
+
+| rows | format | file MiB | write log s | demand s | requests/s | peak memory MiB |
+|---:|---|---:|---:|---:|---:|---:|
+| 10,000 | csv | 1 | 0.1 | 5.6 | 1,782 | 261 |
+| 1,000,000 | csv | 51 | kept | 6.8 | 147,509 | 382 |
+| 1,000,000 | parquet | 13 | kept | 6.0 | 166,578 | 354 |
+| 10,000,000 | csv | 509 | kept | 15.9 | 629,470 | 644 |
+| 10,000,000 | parquet | 120 | kept | 15.8 | 633,516 | 797 |
+| 20,000,000 | parquet | 234 | 64.2 | 20.5 | 975,292 | 850 |
+
+About 5 s of each run is fixed (imports, the scenario, the report's figures); ~260 MiB is
+the process before any log. Memory grows while a week's (pair, second) counts fill up (4.2 M
+of 4.8 M are non-empty at 10 M rows) and the Parquet reader decodes whole row groups (1 M
+rows here); from 10 M to 20 M rows it grows 7 %.
 """
 
 from __future__ import annotations
