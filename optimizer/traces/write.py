@@ -3,8 +3,8 @@ folder renamed into place, so an interrupted run leaves nothing half-written):
 
   demand.csv      the scenario's ``demand.table`` rows (metro, workload, period, hour, requests_per_s)
   workloads.csv   per workload, the fields derived from the log (a patch of its scenario row)
-  hours.csv       per (metro, workload, UTC hour): requests, seconds, measured rate, the rate
-                  the table uses and where it comes from (the log or a profile fill)
+  hours.csv       per (metro, workload, UTC hour): the local hour, requests, seconds, measured
+                  rate, the rate the table uses and where it comes from (the log or a profile fill)
   lengths.csv     the empirical length distributions (metro, workload, quantity, tokens, requests)
   scenario.yaml   a scenario snippet: metros, workload patches, the demand table, the logs
   derived.json    everything above per (metro, workload), with notes and warnings
@@ -42,14 +42,18 @@ def lengths_table(d: Derived) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def hours_table(d: Derived, hourly: dict) -> pd.DataFrame:
+def hours_table(d: Derived, hourly: dict, s: Scenario) -> pd.DataFrame:
+    """Per (metro, workload, UTC hour): the metro's local hour, what the log measured, the rate
+    the table uses and where it comes from — the day's profile in local time."""
     frames = []
     for p in d.pairs:
         h = hourly[(p.metro, p.workload)].rename(columns={"requests_per_s": "requests_per_s_used"})
         measured = p.hours.rename(columns={"utc_hour": "hour", "requests_per_s": "requests_per_s_measured"})
-        frames.append(h.merge(measured, on="hour", how="left").assign(metro=p.metro, workload=p.workload))
-    cols = ["metro", "workload", "hour", "requests", "seconds", "requests_per_s_measured", "requests_per_s_used",
-            "source"]
+        local = (h["hour"] + s.metros[p.metro].utc_offset_hours) % 24
+        frames.append(h.merge(measured, on="hour", how="left").assign(metro=p.metro, workload=p.workload,
+                                                                      local_hour=local))
+    cols = ["metro", "workload", "hour", "local_hour", "requests", "seconds", "requests_per_s_measured",
+            "requests_per_s_used", "source"]
     return pd.concat(frames, ignore_index=True)[cols]
 
 
@@ -94,7 +98,7 @@ def write_demand(d: Derived, s: Scenario, specs: list[TraceSpec], out_dir, fill:
     try:
         demand_rows(d, s, fill).to_csv(tmp / "demand.csv", index=False, float_format="%.6g")
         workloads.to_csv(tmp / "workloads.csv", index=False)
-        hours_table(d, hourly).to_csv(tmp / "hours.csv", index=False, float_format="%.6g")
+        hours_table(d, hourly, s).to_csv(tmp / "hours.csv", index=False, float_format="%.6g")
         lengths_table(d).to_csv(tmp / "lengths.csv", index=False)
         (tmp / "scenario.yaml").write_text(snippet(d, workloads, specs, out))
         (tmp / "derived.json").write_text(json.dumps({**d.as_dict(), "workloads": workloads.to_dict("records")},
