@@ -23,6 +23,7 @@ import pandas as pd
 import yaml
 
 from optimizer.errors import Origin, ScenarioError
+from optimizer.plan import _replace_dir
 from optimizer.scenario import Scenario
 from optimizer.traces import report
 from optimizer.traces.derive import Derived
@@ -108,13 +109,7 @@ def write_demand(d: Derived, s: Scenario, specs: list[TraceSpec], out_dir, fill:
         for name, data in zip(("day.png", "minutes.png", "lengths.png"), figures.values()):
             (tmp / name).write_bytes(data)
         (tmp / "report.html").write_text(report.render(d, figures, workloads))
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-            os.rename(out, old / "previous")
-            os.rename(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, out)
+        _replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
