@@ -4,7 +4,8 @@ The planner promises p99 TTFT and ITL from analytic shortcuts — Erlang C with 
 Allen–Cunneen correction for the prefill queue, the p99 prompt for prefill time, a tail
 factor on the operating step for ITL. This discrete-event simulation shares none of them:
 it samples requests (Poisson arrivals per route at requests/s × peak-to-mean; lognormal
-prompt and output lengths; prompt-cache hits) and runs the plan's pools explicitly, using
+prompt and output lengths; prompt-cache hits — or a request log replayed, `arrivals`) and
+runs the plan's pools explicitly, using
 only the per-request and per-step curves (`roofline.prefill_time_s`,
 `decode_step_time_s`, `mixed_step_time_s`, `speculative.speculative_step_time_s`):
 
