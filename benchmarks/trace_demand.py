@@ -108,8 +108,9 @@ def main(argv=None) -> int:
                     write_log(log, rows, fmt)
                     written = f"{time.perf_counter() - t0:.1f}"
                 t0 = time.perf_counter()
-                done = subprocess.run([sys.executable, "-c", MEASURED, "demand", "--from-trace", str(log), "--out",
-                                       str(folder / f"demand-{rows}-{fmt}")], check=True, capture_output=True, text=True)
+                command = [sys.executable, "-c", MEASURED, "demand", "--from-trace", str(log), "--out",
+                           str(folder / f"demand-{rows}-{fmt}")]
+                done = subprocess.run(command, check=True, capture_output=True, text=True)
                 seconds = time.perf_counter() - t0
                 peak_mib = int(done.stderr.strip().splitlines()[-1]) / 1024
                 lines.append(f"| {rows:,} | {fmt} | {log.stat().st_size / 2**20:,.0f} | {written} | {seconds:.1f} | "

@@ -257,7 +257,8 @@ def test_a_bad_row_is_named_by_file_line_and_column(tmp_path, row, field, words)
 def test_a_row_logged_twice_is_refused_and_unsorted_rows_are_read_with_a_warning(tmp_path):
     err = _bad(tmp_path, HEADER + GOOD + "2024-05-02 10:00:01.2345678,200,20\n")
     assert "repeats the one before it" in err.message and err.origin.line == 4
-    rows = "".join(f"2024-05-02 10:{m:02d}:{s:02d}.{m * 60 + s:07d},{100 + s},5\n" for m in range(12) for s in range(60))
+    rows = "".join(f"2024-05-02 10:{m:02d}:{s:02d}.{m * 60 + s:07d},{100 + s},5\n"
+                   for m in range(12) for s in range(60))
     swapped = rows.splitlines()
     swapped[5], swapped[6] = swapped[6], swapped[5]
     path = tmp_path / "unsorted.csv"
@@ -340,7 +341,8 @@ def test_workload_rows_pool_metros_by_requests(tmp_path):
     for metro, n in (("chicago", 3), ("dallas", 1)):
         for i in range(60 * 12 * n):
             rows.append((pd.Timestamp("2024-05-02 10:00:00.5") + pd.Timedelta(seconds=i / n), 100 * n, 10, metro))
-    df = pd.DataFrame(rows, columns=["timestamp", "prompt_tokens", "completion_tokens", "metro"]).sort_values("timestamp")
+    df = pd.DataFrame(rows, columns=["timestamp", "prompt_tokens", "completion_tokens", "metro"])
+    df = df.sort_values("timestamp")
     path = tmp_path / "log.csv"
     df.assign(timestamp=df["timestamp"].dt.strftime("%Y-%m-%d %H:%M:%S.%f")).to_csv(path, index=False)
     d = derive([TraceSpec(path, workload="chat")])

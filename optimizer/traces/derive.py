@@ -69,16 +69,9 @@ class _SparseCounts:
         self.counts.append(c.astype(np.int64))
         self.entries += len(k)
         if self.entries > self.limit:
-            k, c = self._sum(self.keys, self.counts)
+            k, c = _summed(self.keys, self.counts)
             self.keys, self.counts, self.entries = [k], [c], len(k)
             self.limit = max(MERGE_ENTRIES, 2 * len(k))
-
-    @staticmethod
-    def _sum(keys: list[np.ndarray], counts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        if not keys:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        u, inv = np.unique(np.concatenate(keys), return_inverse=True)
-        return u, np.bincount(inv, weights=np.concatenate(counts), minlength=len(u)).astype(np.int64)
 
     def of(self, group: int, bits: int) -> tuple[np.ndarray, np.ndarray]:
         """(values, counts) of one group, values ascending."""
@@ -88,8 +81,16 @@ class _SparseCounts:
             a, b = np.searchsorted(k, [lo, hi])
             keys.append(k[a:b])
             counts.append(c[a:b])
-        u, c = self._sum(keys, counts)
+        u, c = _summed(keys, counts)
         return u - lo, c
+
+
+def _summed(keys: list[np.ndarray], counts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct keys (ascending) and their summed counts."""
+    if not keys:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    u, inv = np.unique(np.concatenate(keys), return_inverse=True)
+    return u, np.bincount(inv, weights=np.concatenate(counts), minlength=len(u)).astype(np.int64)
 
 
 @dataclass
@@ -114,10 +115,7 @@ class Lengths:
 
     @staticmethod
     def merge(parts: list["Lengths"]) -> "Lengths":
-        tokens = np.concatenate([p.tokens for p in parts])
-        requests = np.concatenate([p.requests for p in parts])
-        u, inv = np.unique(tokens, return_inverse=True)
-        return Lengths(u, np.bincount(inv, weights=requests).astype(np.int64))
+        return Lengths(*_summed([p.tokens for p in parts], [p.requests for p in parts]))
 
 
 @dataclass
@@ -148,8 +146,8 @@ class PairStats:
         return self.requests / self.span_s
 
     def burstiness(self, column: str) -> float:
-        s = self.stretches
-        return float(s[column].mean())
+        """A burstiness figure of the log's hours (module docstring), averaged over them."""
+        return float(self.stretches[column].mean())
 
     def as_dict(self) -> dict:
         isl, osl = self.isl.summary(), self.osl.summary()
@@ -197,13 +195,12 @@ class _Accumulator:
         self.cached_hits: dict[int, int] = {}
 
     def pair_ids(self, state: ReadState, metro: np.ndarray, workload: np.ndarray) -> np.ndarray:
-        local = metro.astype(np.int64) * max(len(state.workloads), 1) + workload
-        present, inverse = np.unique(local, return_inverse=True)
-        ids = np.empty(len(present), np.int64)
-        for i, code in enumerate(present):
-            key = (state.metros[code // max(len(state.workloads), 1)], state.workloads[code % max(len(state.workloads), 1)])
-            ids[i] = self.pairs.setdefault(key, len(self.pairs))
-        return ids[inverse]
+        """The (metro, workload) pair of each row of a chunk, numbered across files as first met."""
+        width = max(len(state.workloads), 1)
+        present, inverse = np.unique(metro.astype(np.int64) * width + workload, return_inverse=True)
+        ids = [self.pairs.setdefault((state.metros[c // width], state.workloads[c % width]), len(self.pairs))
+               for c in present]
+        return np.asarray(ids, np.int64)[inverse]
 
     def add_file(self, spec: TraceSpec) -> dict:
         state = ReadState(spec, file_kind(spec.path))

@@ -369,5 +369,6 @@ def _check_order(c: Chunk, state: ReadState) -> None:
             i = c.first_row + int(np.flatnonzero(same)[0]) + 1 - offset
             raise ScenarioError(
                 "this row repeats the one before it exactly (timestamp to its last sub-millisecond digit, tokens "
-                "and labels): a request logged twice? expected one row per request", state.origin(i), field=state.columns["timestamp"])
+                "and labels): a request logged twice? expected one row per request", state.origin(i),
+                field=state.columns["timestamp"])
     state._last = tuple(x[-1] for x in cols)

@@ -101,9 +101,10 @@ def render(d: Derived, figures: dict[str, bytes], workloads: pd.DataFrame) -> st
          "dispersion_per_minute"]]
     notes = [f"{p.metro} / {p.workload}: {n}" for p in d.pairs for n in p.notes] + d.warnings
     images = "\n".join(f'<h2>{html.escape(name)}</h2><img alt="{html.escape(name)}" '
-                       f'src="data:image/png;base64,{base64.b64encode(data).decode()}">' for name, data in figures.items())
-    files = "".join(f"<li>{html.escape(f['path'])}: {f['rows']:,} requests, {f['first_utc']} – {f['last_utc']} UTC</li>"
-                    for f in d.files)
+                       f'src="data:image/png;base64,{base64.b64encode(data).decode()}">'
+                       for name, data in figures.items())
+    files = "".join(f"<li>{html.escape(f['path'])}: {f['rows']:,} requests, {f['first_utc']} – {f['last_utc']} "
+                    "UTC</li>" for f in d.files)
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>demand from request logs</title>
 <style>body{{font-family:sans-serif;max-width:1050px;margin:1em auto}}table{{border-collapse:collapse;font-size:12px}}
 td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}</style></head><body>

@@ -134,7 +134,8 @@ def section_specs(section, yaml_path: Path) -> list[TraceSpec]:
         columns = {**parsed.columns, **f.columns}
         for name in columns:
             if name not in FIELDS:
-                raise ScenarioError(unknown_id_message("field", name, FIELDS), origin, field=f"traces.files.{i}.columns")
+                raise ScenarioError(unknown_id_message("field", name, FIELDS), origin,
+                                    field=f"traces.files.{i}.columns")
         path = yaml_path.parent / f.path
         if not path.is_file():
             raise ScenarioError(f"no such log file: {path}", origin, field=f"traces.files.{i}.path")
