@@ -4,8 +4,9 @@
                                  [--out benchmarks/RESULTS.md]
 
 Runs the scale ladder (`plan_scale.py`), the sweep throughput (`sweep_throughput.py`), the
-simulator throughput (`verify_throughput.py`, one and two processes) and the 8,760-hour
-operational year (`operate_year.py`) one after another — they share
+simulator throughput (`verify_throughput.py`, one and two processes), the 8,760-hour
+operational year (`operate_year.py`) and request logs into a demand table (`trace_demand.py`)
+one after another — they share
 the machine's two cores, so never at the same time — and writes their Markdown tables under a
 header that records the date, the commit, the CPU count and the HiGHS version. The targets of
 the performance issue sit beside the measured figures; the text around them is written by
@@ -54,6 +55,7 @@ def main(argv=None) -> int:
             "Sweep throughput (`sweep_throughput.py`)": _run("sweep_throughput.py", "--runs", args.sweep_runs),
             "Simulator throughput (`verify_throughput.py`)": _run("verify_throughput.py", "--plan", plan, "--workers", "1,2"),
             "Operational year, fixed commitment (`operate_year.py`)": _run("operate_year.py", "--plan", plan),
+            "Request logs into a demand table (`trace_demand.py`)": _run("trace_demand.py"),
         }
     version = metadata.version("highspy")
     head = (f"# Benchmark results\n\nMeasured {datetime.date.today().isoformat()} at commit {_commit()} on "

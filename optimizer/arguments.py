@@ -85,6 +85,7 @@ WORKERS = number(1, 256, integer=True, what="a number of worker processes")
 REQUESTS = number(1, 10_000_000, integer=True, what="a number of requests")
 BATCH_TOKENS = number(0, 1_000_000, integer=True, what="a number of tokens (0: off)")
 NOISE_SIGMA = number(0, 2, what="a log-normal σ")
+JITTER_GAPS = number(0, 1e6, what="a number of mean gaps")
 
 
 class Parser(argparse.ArgumentParser):

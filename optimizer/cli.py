@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from optimizer.arguments import (
     BATCH_TOKENS,
+    JITTER_GAPS,
     MILLISECONDS,
     NOISE_SIGMA,
     PRICE,
@@ -28,6 +29,7 @@ from optimizer.arguments import (
 from optimizer.errors import FleetplanError, Origin, ScenarioError
 from optimizer.outputs import (
     COMPARISON,
+    DEMAND,
     PLAN,
     Terminated,
     file_target,
@@ -355,12 +357,14 @@ def cmd_verify(args) -> int:
     from optimizer.verify import record_verification, verify_plan, write_verify
 
     plan_folder_to_update(args.plan_dir)
+    if args.trace:
+        return cmd_verify_trace(args)
     slices = args.slices
     if slices not in ("peak", "all"):
         slices = [x.strip() for x in slices.split(",") if x.strip()]
     progress = None if args.json else (lambda m: print(m, file=sys.stderr))
     result = verify_plan(args.plan_dir, slices=slices, requests=args.requests, seed=args.seed, progress=progress,
-                         prefill_batch_tokens=args.prefill_batch_tokens)
+                         prefill_batch_tokens=args.prefill_batch_tokens, arrivals=_poisson_source(args))
     write_verify(result, args.plan_dir)
     record_verification(result, args.plan_dir)
     sm = result.summary
@@ -378,6 +382,134 @@ def cmd_verify(args) -> int:
               f"{sm['goodput_fraction']:.4f} → " + ("every objective met" if sm["all_objectives_met"] else "OBJECTIVES MISSED"))
         print(f"written: {Path(args.plan_dir) / 'verify.csv'}")
     return 0 if sm["all_objectives_met"] else 7
+
+
+# ---------------------------------------------------------------------------- demand from request logs
+
+
+def _trace_specs(files: list[str], columns: str | None, tz: str | None, metro: str | None, workload: str | None):
+    """``[WORKLOAD=]FILE`` arguments and the reading flags → `TraceSpec`s."""
+    from optimizer.traces.spec import TraceSpec, parse_columns
+
+    mapping, fmt = parse_columns(columns)
+    specs = []
+    for item in files:
+        label, sep, path = item.partition("=")
+        if not sep or Path(item).exists():
+            label, path = workload, item
+        specs.append(TraceSpec(Path(path), mapping, fmt, tz or "UTC", metro, label or workload))
+    return specs
+
+
+def cmd_demand(args) -> int:
+    from optimizer.scenario import load_scenario
+    from optimizer.sources import read_yaml
+    from optimizer.traces.derive import derive
+    from optimizer.traces.spec import section_specs
+    from optimizer.traces.table import check_labels
+    from optimizer.traces.write import write_demand
+
+    s, raw = load_scenario(args.scenario)
+    if args.out is not None:  # refuse a bad target before reading any log
+        folder_target(args.out, DEMAND)
+    if args.from_trace:
+        specs = _trace_specs(args.from_trace, args.columns, args.tz, args.metro, args.workload)
+    elif args.scenario and "traces" in (doc := read_yaml(raw.path)):
+        specs = section_specs(doc["traces"], raw.path)
+    else:
+        raise ScenarioError("give the request logs: --from-trace [WORKLOAD=]FILE …, or a scenario with a traces "
+                            "section", field="--from-trace")
+    derived = derive(specs, 365 / len(s.horizon.periods))
+    for w in derived.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    out = None
+    if args.out:
+        check_labels(derived, s)
+        out = write_demand(derived, s, specs, args.out, fill=args.fill)
+    if args.json:
+        _print_json(derived.as_dict())
+        return 0
+    print(_table([p.as_dict() for p in derived.pairs], [
+        ("metro", "metro", ""), ("workload", "workload", ""), ("requests", "requests", ",d"),
+        ("rate_per_s_mean", "req/s", ".3g"), ("isl_mean_tokens", "prompt mean", ",.0f"),
+        ("isl_p99_tokens", "prompt p99", ",.0f"), ("osl_mean_tokens", "output mean", ",.0f"),
+        ("osl_p99_tokens", "output p99", ",.0f"), ("peak_to_mean_per_minute", "peak/mean 60 s", ".2f"),
+        ("peak_to_mean_per_10s", "10 s", ".2f"), ("peak_to_mean_per_second", "1 s", ".1f"),
+        ("dispersion_per_minute", "var/mean min", ".1f"),
+    ]))
+    for p in derived.pairs:
+        for note in p.notes:
+            print(f"  {p.metro or '-'} / {p.workload or '-'}: {note}")
+    if out:
+        print(f"written: {out / 'demand.csv'}, workloads.csv, hours.csv, lengths.csv, scenario.yaml, derived.json, "
+              "report.html")
+    return 0
+
+
+def _poisson_source(args, scenario=None):
+    """verify's Poisson arrivals, with the lengths of ``--lengths FILE`` when given."""
+    from optimizer.verify.arrivals import POISSON, Poisson
+
+    if not args.lengths:
+        return POISSON
+    from optimizer.folder.read import read_plan, scenario_of
+    from optimizer.traces.replay import read_lengths
+
+    scenario = scenario or scenario_of(read_plan(args.plan_dir), args.plan_dir)
+    return Poisson(read_lengths(args.lengths, scenario))
+
+
+def _side_by_side_text(table) -> str:
+    """Per workload: Poisson / trace figures and the objective, one line each."""
+    def pair(row, key, fmt):
+        return " / ".join(format(row[f"{key}_{run}"], fmt) for run in ("poisson", "trace"))
+
+    rows = [{"workload": r["workload"], "requests": pair(r, "requests", ",.0f"),
+             "ttft": f"{pair(r, 'ttft_p99_ms', ',.0f')} / {r['ttft_p99_ms_objective']:g}",
+             "itl": f"{pair(r, 'itl_p99_ms', '.1f')} / {r['itl_p99_ms_objective']:g}",
+             "attainment": f"{pair(r, 'ttft_attainment', '.4f')} (≥ {r['slo_attainment']:g})",
+             "passes": " / ".join("yes" if r[f"passes_{run}"] else "NO" for run in ("poisson", "trace"))}
+            for r in table.to_dict("records")]
+    return _table(rows, [("workload", "workload", ""), ("requests", "requests P / T", ""),
+                         ("ttft", "p99 TTFT ms P / T / objective", ""), ("itl", "p99 ITL ms P / T / objective", ""),
+                         ("attainment", "TTFT attainment P / T", ""), ("passes", "passes P / T", "")])
+
+
+def cmd_verify_trace(args) -> int:
+    """`verify --trace`: the Poisson run and the log's replay of the same plan, side by side."""
+    from optimizer.folder.read import read_plan, scenario_of
+    from optimizer.outputs import write_csv
+    from optimizer.traces.replay import side_by_side, trace_arrivals
+    from optimizer.verify import record_verification, verify_plan, write_verify
+
+    d = Path(args.plan_dir)
+    slices = args.slices if args.slices in ("peak", "all") else [x.strip() for x in args.slices.split(",") if x.strip()]
+    s = scenario_of(read_plan(d), d)
+    source = trace_arrivals(_trace_specs(args.trace, args.columns, args.tz, None, None), s.workloads, args.trace_scale,
+                            jitter_gaps=args.trace_jitter)
+    progress = None if args.json else (lambda m: print(m, file=sys.stderr))
+    runs = {name: verify_plan(d, slices=slices, requests=args.requests, seed=args.seed, progress=progress,
+                              prefill_batch_tokens=args.prefill_batch_tokens, arrivals=arrivals)
+            for name, arrivals in (("poisson", _poisson_source(args, s)), ("trace", source))}
+    for name, key, result in (("verify", "verification", runs["poisson"]),
+                              ("verify_trace", "verification_trace", runs["trace"])):
+        write_verify(result, d, name)
+        record_verification(result, d, key)
+    table = side_by_side(runs["poisson"], runs["trace"])
+    write_csv(table, d / "verify_compare.csv", float_format="%.6g")
+    met = {name: r.summary["all_objectives_met"] for name, r in runs.items()}
+    if args.json:
+        _print_json({"poisson": runs["poisson"].summary, "trace": runs["trace"].summary,
+                     "by_workload": table.to_dict("records")})
+    else:
+        print(_side_by_side_text(table))
+        for name, r in runs.items():
+            sm = r.summary
+            print(f"{sm['arrivals']}: {sm['requests_simulated']:,} requests simulated in {sm['seconds']:.0f} s;"
+                  f" TTFT attainment ≥ {sm['ttft_attainment_min']:.4f}, ITL attainment ≥ {sm['itl_attainment_min']:.4f}"
+                  " → " + ("every objective met" if met[name] else "OBJECTIVES MISSED"))
+        print(f"written: {d / 'verify.csv'}, verify_trace.csv, verify_compare.csv")
+    return 0 if all(met.values()) else 7
 
 
 def cmd_stress(args) -> int:
@@ -533,6 +665,19 @@ def _args_verify(vf) -> None:
                     help="what-if: prefill servers batch waiting prompts up to N new tokens (default 0: one "
                          "prompt at a time, as the plan sized them)")
     _json_flag(vf)
+    vf.add_argument("--trace", nargs="+", metavar="[WORKLOAD=]FILE",
+                    help="also replay request logs (CSV, Parquet, JSON lines) instead of Poisson arrivals and "
+                         "lognormal lengths, and put both runs side by side; WORKLOAD= names a log's workload when it "
+                         "has no workload column")
+    vf.add_argument("--trace-scale", choices=["planned", "recorded"], default="planned",
+                    help="replay each log resampled to the planned rates (default) or at its recorded rate")
+    vf.add_argument("--trace-jitter", type=JITTER_GAPS, default=10.0, metavar="GAPS",
+                    help="a log request replayed as several spreads its copies over GAPS mean gaps of the log "
+                         "(default 10); larger values smooth bursts shorter than that instead of scaling them")
+    _log_format_flags(vf)
+    vf.add_argument("--lengths", metavar="FILE",
+                    help="draw the Poisson run's prompt and output lengths from a log's empirical distributions (the "
+                         "lengths.csv of `fleetplan demand`) instead of lognormals")
 
 
 def _args_stress(st) -> None:
@@ -556,6 +701,30 @@ def _args_operate(op) -> None:
     _json_flag(op)
 
 
+
+def _log_format_flags(p) -> None:
+    p.add_argument("--columns", metavar="FIELD=COLUMN,…",
+                   help="the logs' columns, e.g. prompt=ContextTokens,output=GeneratedTokens,timestamp=TIME:%%d/%%m/%%Y "
+                        "%%H:%%M; fields: timestamp, prompt, output, metro, workload, cached (default: usual names)")
+    p.add_argument("--tz", help="time zone of naive timestamps in the logs, e.g. Europe/Paris (default UTC)")
+
+
+def _args_demand(dm) -> None:
+    dm.add_argument("scenario", nargs="?",
+                    help="scenario whose metros, workloads, periods and diurnal profiles are used (default: the "
+                         "reference); its traces section names the logs when --from-trace is not given")
+    dm.add_argument("--from-trace", nargs="+", metavar="[WORKLOAD=]FILE",
+                    help="request logs: CSV, Parquet or JSON lines, one row per request (optionally compressed)")
+    dm.add_argument("--out", help="demand folder to write (demand.csv, workloads.csv, scenario.yaml, report.html, …)")
+    _json_flag(dm)
+    dm.add_argument("--metro", help="the metro of logs without a metro column")
+    dm.add_argument("--workload", help="the workload of logs without a workload column")
+    _log_format_flags(dm)
+    dm.add_argument("--fill", choices=["profile", "none"], default="profile",
+                    help="hours of the day the log does not cover: from the workload's diurnal profile anchored to "
+                         "the covered hours (default), or left at zero")
+
+
 COMMANDS = (  # name, what it does, its handler, its arguments
     ("curves", "operating table of a model on an accelerator", cmd_curves, _args_curves),
     ("validate", "check a scenario file; exit 0 or 2 with the first error", cmd_validate, _args_validate),
@@ -568,6 +737,7 @@ COMMANDS = (  # name, what it does, its handler, its arguments
     ("verify", "simulate a plan request by request: measured vs predicted p99s", cmd_verify, _args_verify),
     ("stress", "evaluate a fixed plan under perturbed estimates or a lost site", cmd_stress, _args_stress),
     ("operate", "operate a plan's commitment hour by hour through its 8,760-hour year", cmd_operate, _args_operate),
+    ("demand", "demand, lengths and burstiness from request logs → a scenario's demand table", cmd_demand, _args_demand),
     ("scenarios", "list the shipped example scenarios", cmd_scenarios, lambda p: None),
 )
 

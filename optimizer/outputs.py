@@ -50,7 +50,10 @@ class FolderKind:
 PLAN = FolderKind("plan folder", "summary.json", frozenset({
     "summary.json", "scenario.json", "procurement.csv", "pools.csv", "routing.csv", "slo.csv", "curves.csv",
     "plan.xlsx", "report.html", "verify.csv", "verify.json", "stress.csv", "stress.json", "operations.csv",
-    "operations_sites.csv", "operations.json"}))
+    "operations_sites.csv", "operations.json", "verify_trace.csv", "verify_trace.json", "verify_compare.csv"}))
+DEMAND = FolderKind("demand folder", "derived.json", frozenset({
+    "demand.csv", "workloads.csv", "hours.csv", "lengths.csv", "scenario.yaml", "derived.json", "report.html",
+    "day.png", "minutes.png", "lengths.png"}))
 SWEEP = FolderKind("sweep folder", "sweep.csv", frozenset({"sweep.csv", "sweep.parquet", "tornado.png", "sweep.html"}))
 COMPARISON = FolderKind("comparison folder", "compare.csv",
                         frozenset({"compare.csv", "routing_changes.csv", "compare.png", "compare.html"}))

@@ -21,7 +21,7 @@ LAYERS = [
     ("base", ["optimizer", "optimizer.units", "optimizer.contracts", "optimizer.errors", "optimizer.sources",
               "optimizer.outputs"]),
     ("curves", ["optimizer.curves"]),
-    ("scenario", ["optimizer.scenario"]),
+    ("scenario", ["optimizer.scenario", "optimizer.traces.spec"]),
     ("instance", ["optimizer.configs", "optimizer.network", "optimizer.demand", "optimizer.budget", "optimizer.billing",
                   "optimizer.checks", "optimizer.operating", "optimizer.instance"]),
     ("formulations", ["formulations"]),
@@ -30,7 +30,7 @@ LAYERS = [
     ("results", ["optimizer.results"]),
     ("folder", ["optimizer.folder"]),
     ("commands", ["optimizer.pipeline", "optimizer.verify", "optimizer.stress", "optimizer.operate", "optimizer.compare",
-                  "optimizer.sweep", "optimizer.report"]),
+                  "optimizer.sweep", "optimizer.report", "optimizer.traces"]),
     ("cli", ["optimizer.arguments", "optimizer.cli", "fleetplan"]),
 ]
 FORMULATIONS_MAY_USE = {"optimizer", "optimizer.units", "optimizer.contracts"}

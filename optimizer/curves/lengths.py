@@ -62,3 +62,18 @@ def service_moments(service_time_of, lengths: LengthDistribution, hit_rate: floa
     second = hit_rate * (hit**2).mean() + (1 - hit_rate) * (miss**2).mean()
     scv = max(second / (mean * mean) - 1.0, 0.0)
     return float(mean), float(scv)
+
+
+@dataclass(frozen=True)
+class EmpiricalLengths:
+    """Lengths drawn from an observed distribution: distinct ``tokens`` (ascending) and how
+    many requests had each (``requests``), by inverting its CDF."""
+
+    tokens: np.ndarray
+    requests: np.ndarray
+    max_tokens: float = float("inf")
+
+    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        cdf = np.cumsum(self.requests) / np.sum(self.requests)
+        i = np.minimum(np.searchsorted(cdf, rng.random(size), side="right"), len(cdf) - 1)
+        return np.clip(np.asarray(self.tokens)[i], 1, self.max_tokens).astype(np.int64)

@@ -31,6 +31,7 @@ from optimizer.scenario.tables import (
     TableSpec,
 )
 from optimizer.sources import LineDict, Row, read_csv, read_yaml
+from optimizer.traces.spec import section_specs
 
 
 def _fields(model: type[BaseModel]) -> tuple[list[str], list[str]]:
@@ -310,6 +311,8 @@ def load_raw(path: str | Path | None = None) -> RawScenario:
             raise ScenarioError(
                 unknown_id_message("scenario section", key, TOP_LEVEL), Origin(str(yaml_path), _key_line(doc, key))
             )
+    if "traces" in doc:  # the request logs the demand was derived from (`fleetplan demand`): checked, not planned
+        section_specs(doc["traces"], yaml_path)
     catalogue = DATA_DIR
     if doc.get("catalogue"):
         catalogue = yaml_path.parent / str(doc["catalogue"])

@@ -4,7 +4,8 @@ The planner promises p99 TTFT and ITL from analytic shortcuts — Erlang C with 
 Allen–Cunneen correction for the prefill queue, the p99 prompt for prefill time, a tail
 factor on the operating step for ITL. This discrete-event simulation shares none of them:
 it samples requests (Poisson arrivals per route at requests/s × peak-to-mean; lognormal
-prompt and output lengths; prompt-cache hits) and runs the plan's pools explicitly, using
+prompt and output lengths; prompt-cache hits — or a request log replayed, `arrivals`) and
+runs the plan's pools explicitly, using
 only the per-request and per-step curves (`roofline.prefill_time_s`,
 `decode_step_time_s`, `mixed_step_time_s`, `speculative.speculative_step_time_s`):
 
@@ -70,24 +71,9 @@ from optimizer.errors import Origin, ScenarioError, shorten
 from optimizer.folder.read import read_plan, scenario_of
 from optimizer.outputs import write_csv, write_text_atomic
 from optimizer.units import Role
-from optimizer.verify.engine import (
-    ConstantSteps,
-    InvariantError,
-    PoolSpec,
-    StepModel,
-    fifo_pool,
-    simulate_pool,
-)
-from optimizer.verify.group import (
-    Group,
-    GroupResult,
-    Options,
-    PlanModel,
-    Pool,
-    Route,
-    hist_quantile,
-    simulate_group,
-)
+from optimizer.verify.arrivals import POISSON
+from optimizer.verify.engine import ConstantSteps, InvariantError, PoolSpec, StepModel, fifo_pool, simulate_pool
+from optimizer.verify.group import Group, GroupResult, Options, PlanModel, Pool, Route, hist_quantile, simulate_group
 
 ENGINE = "own event loop"
 COLUMNS = ["requests", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "ttft_p99_ms_predicted",
@@ -195,19 +181,21 @@ def _load_model(plan_dir, exact_steps=False) -> PlanModel:
     return PlanModel(scenario_of(plan, plan_dir), plan.tables["curves"], exact_steps)
 
 
-def _worker_init(plan_dir, exact_steps):
+def _worker_init(plan_dir, exact_steps, arrivals):
     _WORKER["model"] = _load_model(plan_dir, exact_steps)
+    _WORKER["arrivals"] = arrivals
 
 
 def _worker_run(args):
     group, requests, seed, opt = args
     t0 = time.perf_counter()
-    res = simulate_group(_WORKER["model"], group, requests, seed, opt)
+    res = simulate_group(_WORKER["model"], group, requests, seed, opt, _WORKER["arrivals"])
     return res, time.perf_counter() - t0
 
 
 def verify_plan(plan_dir, slices="peak", requests=20000, seed=0, progress=None, *, workers=None,
-                options: Options | None = None, prefill_batch_tokens: int | None = None) -> VerifyResult:
+                options: Options | None = None, prefill_batch_tokens: int | None = None,
+                arrivals=POISSON) -> VerifyResult:
     """Simulate a plan folder's pools at the chosen slices; measured vs predicted p99s.
 
     ``requests`` — per (site, workload, slice) group, the arrivals of its measured window
@@ -215,7 +203,9 @@ def verify_plan(plan_dir, slices="peak", requests=20000, seed=0, progress=None, 
     warm-up. A group with long decodes at a high rate simulates more arrivals than that: its
     warm-up lasts at least half, and its cool-down one, mean decode duration (`group`).
     ``workers`` — processes (default: 1 for small runs, else up to the CPU count); results
-    do not depend on it. ``prefill_batch_tokens`` overrides ``options``.
+    do not depend on it. ``prefill_batch_tokens`` overrides ``options``. ``arrivals``: Poisson
+    arrivals × the peak factor with lognormal lengths (default), or a log replayed
+    (`arrivals.Trace`).
     """
     t0 = time.perf_counter()
     say = progress or (lambda msg: None)
@@ -225,6 +215,7 @@ def verify_plan(plan_dir, slices="peak", requests=20000, seed=0, progress=None, 
     plan = read_plan(plan_dir)
     s = scenario_of(plan, plan_dir)
     groups = plan_groups(plan.tables, slices)
+    arrivals.prepare(groups)
     jobs = [(g, int(requests), int(seed), opt) for g in groups]
     if workers is None:
         workers = 1 if len(groups) * requests < 200_000 else min(os.cpu_count() or 1, len(groups))
@@ -233,12 +224,13 @@ def verify_plan(plan_dir, slices="peak", requests=20000, seed=0, progress=None, 
         model = PlanModel(s, plan.tables["curves"], opt.exact_steps)
         for i, (g, n, sd, o) in enumerate(jobs):
             t1 = time.perf_counter()
-            results[i] = simulate_group(model, g, n, sd, o)
+            results[i] = simulate_group(model, g, n, sd, o, arrivals)
             _report(say, i + 1, len(groups), g, results[i], _timed(results[i], time.perf_counter() - t1))
     else:
         model = PlanModel(s, plan.tables["curves"])
         order = sorted(range(len(groups)), key=lambda i: -_expected_work(model, groups[i], requests, opt))
-        with ProcessPoolExecutor(workers, initializer=_worker_init, initargs=(str(plan_dir), opt.exact_steps)) as ex:
+        with ProcessPoolExecutor(workers, initializer=_worker_init,
+                                 initargs=(str(plan_dir), opt.exact_steps, arrivals)) as ex:
             futures = {ex.submit(_worker_run, jobs[i]): i for i in order}  # the longest first
             for n, f in enumerate(as_completed(futures)):
                 i = futures[f]
@@ -247,6 +239,7 @@ def verify_plan(plan_dir, slices="peak", requests=20000, seed=0, progress=None, 
     done = [r for r in results if r is not None]
     tables = {"by_pool": _by_pool(s, plan.tables["slo"], done), "by_metro": _by_metro(s, plan.tables["slo"], done)}
     summary = _summary(s, tables, done, seed, time.perf_counter() - t0, opt, groups)
+    summary["arrivals"] = arrivals.name
     good, tokens = _goodput_tokens(s, done)
     goodput = {k: good[k] / tokens[k] for k in tokens if tokens[k]}
     summary["token_billing"] = _billing(plan.summary.get("token_billing"), goodput)
@@ -412,23 +405,23 @@ def _summary(s, tables, results, seed, seconds, opt: Options, groups) -> dict:
 # ---------------------------------------------------------------------------- writing
 
 
-def record_verification(result: VerifyResult, plan_dir) -> None:
+def record_verification(result: VerifyResult, plan_dir, key: str = "verification") -> None:
     """Put the simulated figures beside the predicted ones in the plan's summary.json."""
     d = Path(plan_dir)
     summary = json.loads((d / "summary.json").read_text())
-    summary["verification"] = {**{k: v for k, v in result.summary.items() if k != "seconds"},
+    summary[key] = {**{k: v for k, v in result.summary.items() if k != "seconds"},
                                "by_workload": result.side_by_side().to_dict("records")}
     write_text_atomic(d / "summary.json", json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
 
 
-def write_verify(result: VerifyResult, plan_dir) -> Path:
-    """verify.csv (both tables; ``scope`` "site" or "metro") and verify.json (the summary),
-    each written to a temporary file in the plan folder and renamed into place."""
+def write_verify(result: VerifyResult, plan_dir, name: str = "verify") -> Path:
+    """NAME.csv (both tables; ``scope`` "site" or "metro") and NAME.json (the summary), each
+    written to a temporary file in the plan folder and renamed into place."""
     d = Path(plan_dir)
     site = result.tables["by_pool"].assign(scope="site")
     metro = result.tables["by_metro"].assign(scope="metro")
     cols = ["scope", "metro", "site", "workload", "period", "day_type", "hour"] + COLUMNS + ["requests_simulated"]
     table = pd.concat([site, metro], ignore_index=True).reindex(columns=cols)
-    write_csv(table, d / "verify.csv", float_format="%.6g")
-    write_text_atomic(d / "verify.json", json.dumps(result.summary, indent=2, sort_keys=True, default=str) + "\n")
-    return d / "verify.csv"
+    write_csv(table, d / f"{name}.csv", float_format="%.6g")
+    write_text_atomic(d / f"{name}.json", json.dumps(result.summary, indent=2, sort_keys=True, default=str) + "\n")
+    return d / f"{name}.csv"

@@ -2,7 +2,8 @@
 
 A group is everything that shares replicas: the tiers' prefill and colocated pools of the
 site and workload, and the site's decode pools they hand off to. Its arrivals are the
-routes (metro → site, tier) of that slice at requests/s × peak-to-mean.
+routes (metro → site, tier) of that slice at requests/s × peak-to-mean, or a log replayed
+(`arrivals`).
 
 Warm-up and cool-down. Queues start empty. The first 10 % of arrivals are not counted. A
 decode batch, though, takes several mean decode durations (output × time per token, tens of
@@ -30,13 +31,8 @@ from optimizer.curves.memory import kv_budget_bytes, kv_replication
 from optimizer.curves.roofline import prefill_time_s
 from optimizer.curves.speculative import expected_tokens_per_step
 from optimizer.units import Role
-from optimizer.verify.engine import (
-    PoolSpec,
-    StepModel,
-    TabulatedSteps,
-    fifo_pool,
-    simulate_pool,
-)
+from optimizer.verify.arrivals import POISSON, Context
+from optimizer.verify.engine import PoolSpec, StepModel, TabulatedSteps, fifo_pool, simulate_pool
 
 # ITL histogram: bin 0 holds zero gaps (tokens of one speculative step after its first);
 # bin i ≥ 1 holds gaps in [G0·R^(i−1), G0·R^i) ms — quantiles are read to within 0.1 %.
@@ -218,15 +214,17 @@ def initial_sequences(rng, replicas: int, per_replica: float, isl: LengthDistrib
     return np.repeat(np.arange(replicas), counts), prompt + done, np.maximum(length - done, 1)
 
 
-def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Options) -> GroupResult | None:
+def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Options,
+                   arrivals=POISSON) -> GroupResult | None:
+    """``arrivals``: where the requests come from (`arrivals.Poisson`, the default, or a
+    `arrivals.Trace` replaying a log)."""
     s = model.s
     w = s.workloads[g.workload]
     m = s.models[w.model]
-    ptm = s.peak_to_mean(g.workload)
     routes = [r for r in g.routes if r.requests_per_s > 0]
     if not routes:
         return None
-    rates = np.array([r.requests_per_s for r in routes]) * ptm
+    rates = arrivals.route_rates(s, g, routes)
     lam = float(rates.sum())
     entry = [p for p in g.pools if p.role in (Role.PREFILL, Role.COLOCATED)]
     decode = [p for p in g.pools if p.role == Role.DECODE]
@@ -265,23 +263,12 @@ def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Op
         steady[key] = steady_state(spec, rate / pool.replicas, w, tokens_per_step if spec.speculative else 1.0)
     fill = max((sec for _, sec in steady.values()), default=0.0)
 
-    main = max(min(int(requests), int(math.ceil(lam * opt.cap_s))), 10)
-    n_warm0 = int(math.ceil(opt.warmup_fraction * main))
-    counted_n = main - n_warm0
-    n_warm = max(n_warm0, int(math.ceil(lam * opt.warmup_decode_durations * fill)))
-    n_cool = int(math.ceil(lam * opt.cooldown_decode_durations * fill))
-    n = n_warm + counted_n + n_cool
-
     streams = [np.random.default_rng(x) for x in group_seed(seed, g).spawn(6)]
     rng_arr, rng_len, rng_route, rng_spec_seed, rng_pool, rng_warm = streams
-    t = np.cumsum(rng_arr.exponential(1.0 / lam, n))
-    route = rng_route.choice(len(routes), n, p=rates / lam)
-    isl = isl_dist.sample(rng_len, n)
-    osl = osl_dist.sample(rng_len, n)
-    hit = rng_len.random(n) < w.prompt_cache_hit_rate
-    cached = np.where(hit, np.minimum(int(w.shared_prefix_tokens), isl - 1), 0).astype(np.int64)
-    counted = np.zeros(n, bool)
-    counted[n_warm:n_warm + counted_n] = True
+    drawn = arrivals.draw(Context(g, w, routes, rates, requests, fill, opt, isl_dist, osl_dist, rng_arr, rng_route,
+                                  rng_len))
+    t, route, isl, osl, cached, counted = drawn.t, drawn.route, drawn.isl, drawn.osl, drawn.cached, drawn.counted
+    n = len(t)
 
     # each request enters one prefill/colocated pool of its route's tier, by the plan's flow shares
     tiers = route_tier[route]
@@ -362,7 +349,7 @@ def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Op
     c = counted
     metros = np.array([r.metro for r in routes], dtype=object)[route]
     return GroupResult(g, n, metros[c], ttft[c], osl[c], osl[c] - 1, ok_gaps[c], hist,
-                       {"warmup": n_warm, "cooldown": n_cool, "arrival_rate": lam, "decode_seconds": fill,
+                       {**drawn.extra, "arrival_rate": lam, "decode_seconds": fill,
                         "steady_batch": {f"{k[0]}{k[1]}": v[0] for k, v in steady.items()}})
 
 
