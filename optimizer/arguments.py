@@ -15,6 +15,7 @@ import math
 from pydantic import BaseModel, ValidationError
 
 from optimizer.errors import shorten
+from optimizer.scenario import Policy
 
 
 def _explain_first(exc: ValidationError) -> str:
@@ -93,3 +94,173 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: {message}\n")
+
+
+# ---------------------------------------------------------------------------- each command's flags
+
+
+def json_flag(p) -> None:
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def plan_dir(p) -> None:
+    p.add_argument("plan_dir", help="a plan folder written by fleetplan plan")
+
+
+def seed_flag(p) -> None:
+    p.add_argument("--seed", type=SEED, default=0, help="random seed (default 0)")
+
+
+def curves(c) -> None:
+    c.add_argument("--model", required=True)
+    c.add_argument("--gpu", required=True)
+    c.add_argument("--isl", type=TOKENS, default=2000, help="prompt tokens (default 2000)")
+    c.add_argument("--osl", type=TOKENS, default=500, help="output tokens (default 500)")
+    c.add_argument("--itl-ms", type=MILLISECONDS, default=50.0, help="p99 inter-token objective (default 50)")
+    c.add_argument("--ttft-ms", type=MILLISECONDS, help="p99 TTFT objective, to show the headroom after prefill")
+    c.add_argument("--price-usd-per-gpu-hour", type=PRICE, help="default: the scenario's on-demand price")
+    c.add_argument("--dtype", choices=["bf16", "fp8"], default="bf16", help="weight precision")
+    c.add_argument("--kv-dtype", choices=["bf16", "fp8"], help="KV precision (default: as weights)")
+    c.add_argument("--scenario", help="take catalogue and serving settings from this scenario (default: reference)")
+    c.add_argument("--plot", help="PNG of tokens/s and step time vs batch, knee marked")
+    json_flag(c)
+
+
+def validate(v) -> None:
+    v.add_argument("scenario")
+
+
+def budget(b) -> None:
+    for name in ("metro", "site", "workload"):
+        b.add_argument(f"--{name}", required=True)
+    b.add_argument("--gpu", help="accelerator for prefill and decode (default: the best the site offers)")
+    b.add_argument("--scenario")
+    json_flag(b)
+
+
+def network(n) -> None:
+    n.add_argument("scenario", nargs="?")
+    n.add_argument("--rtt-csv", help="write from,to,rtt_ms for every metro and site")
+    n.add_argument("--plot", help="PNG map of metros, sites and links")
+    n.add_argument("--graphml", help="export the graph as GraphML")
+    n.add_argument("--edges-csv", help="export the graph as from,to,one_way_ms")
+
+
+def plan(pl) -> None:
+    pl.add_argument("scenario", nargs="?")
+    pl.add_argument("--out", default="plan", help="plan folder to write (default ./plan)")
+    pl.add_argument("--time-limit", type=field_value(Policy, "time_limit_s"),
+                    help="seconds for the whole solve (default: the scenario's policy)")
+    pl.add_argument("--mip-gap", type=field_value(Policy, "mip_gap"), help="target relative gap (default: the scenario's policy)")
+    pl.add_argument("--threads", type=field_value(Policy, "threads"))
+    pl.add_argument("--backend", choices=["highs", "pyomo"], default="highs",
+                    help="hand the program to HiGHS directly (default) or through Pyomo's persistent interface")
+    pl.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario field by dotted path")
+    mode = pl.add_mutually_exclusive_group()
+    mode.add_argument("--exact", dest="exact", action="store_const", const=True,
+                      help="integer replicas throughout (small cases and checks; default for small scenarios)")
+    mode.add_argument("--master", dest="exact", action="store_const", const=False,
+                      help="continuous master + whole-plan repair (default for large scenarios)")
+    pl.add_argument("--allow-unserved", action="store_true", help="write the plan even if some demand is unserved")
+    pl.add_argument("--from-plan", metavar="DIR", help="plan again exactly what a plan folder records")
+    pl.add_argument("--no-report", action="store_true", help="do not write report.html")
+    pl.add_argument("--robust", action="store_true", help="plan with the scenario's robust margins; report the price of robustness")
+    json_flag(pl)
+    pl.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def sweep(sw) -> None:
+    sw.add_argument("scenario", nargs="?")
+    sw.add_argument("--vary", action="append", metavar="KEY=V1,V2,…",
+                    help="dotted scenario path and values: a list, start:stop:step, or multipliers ×0.5,×1,×1.5")
+    how = sw.add_mutually_exclusive_group()
+    how.add_argument("--grid", action="store_true", help="every combination (default)")
+    how.add_argument("--one-at-a-time", action="store_true", help="one key at a time, with a tornado chart")
+    sw.add_argument("--executor", choices=["local", "dask"], default="local")
+    sw.add_argument("--workers", type=WORKERS, default=2)
+    sw.add_argument("--scheduler", help="address of a running Dask scheduler (default: a local cluster)")
+    sw.add_argument("--out", default="sweep", help="output folder (default ./sweep); re-running skips finished runs")
+    sw.add_argument("--reuse", action="store_true",
+                    help="refresh a built model between runs of the same structure (faster; equal within the gap)")
+    sw.add_argument("--time-limit", type=field_value(Policy, "time_limit_s"))
+    sw.add_argument("--mip-gap", type=field_value(Policy, "mip_gap"))
+    sw.add_argument("--quiet", action="store_true")
+
+
+def compare(cp) -> None:
+    cp.add_argument("plans", nargs="+")
+    cp.add_argument("--out", help="folder for compare.csv, routing_changes.csv, compare.png and compare.html")
+
+
+def verify(vf) -> None:
+    plan_dir(vf)
+    vf.add_argument("--slices", default="peak",
+                    help="peak (the busiest hour of each period), all, or PERIOD/DAYTYPE/HOUR,… (default peak)")
+    vf.add_argument("--requests", type=REQUESTS, default=20000, help="simulated requests per (site, workload, slice)")
+    seed_flag(vf)
+    vf.add_argument("--prefill-batch-tokens", type=BATCH_TOKENS, default=0, metavar="N",
+                    help="what-if: prefill servers batch waiting prompts up to N new tokens (default 0: one "
+                         "prompt at a time, as the plan sized them)")
+    json_flag(vf)
+    vf.add_argument("--trace", nargs="+", metavar="[WORKLOAD=]FILE",
+                    help="also replay request logs (CSV, Parquet, JSON lines) instead of Poisson arrivals and "
+                         "lognormal lengths, and put both runs side by side; WORKLOAD= names a log's workload when it "
+                         "has no workload column")
+    vf.add_argument("--trace-scale", choices=["planned", "recorded"], default="planned",
+                    help="replay each log resampled to the planned rates (default) or at its recorded rate")
+    vf.add_argument("--trace-jitter", type=JITTER_GAPS, default=10.0, metavar="GAPS",
+                    help="a log request replayed as several spreads its copies over GAPS mean gaps of the log "
+                         "(default 10); larger values smooth bursts shorter than that instead of scaling them")
+    log_format(vf)
+    vf.add_argument("--lengths", metavar="FILE",
+                    help="draw the Poisson run's prompt and output lengths from a log's empirical distributions (the "
+                         "lengths.csv of `fleetplan demand`) instead of lognormals")
+
+
+def stress(st) -> None:
+    plan_dir(st)
+    st.add_argument("--perturb", action="append", metavar="KEY=VALUE",
+                    help="scenario path and value or ×factor; * stands for every row (workloads.*.isl_mean_tokens=×1.3)")
+    st.add_argument("--demand", type=factor, default=1.0, metavar="×F", help="scale every routed flow")
+    st.add_argument("--rtt", type=factor, default=1.0, metavar="×F", help="scale every round trip")
+    st.add_argument("--lose-site", metavar="ID", help="the site goes dark; its traffic moves to the nearest pools that can take it")
+    st.add_argument("--verify", action="store_true", help="also simulate the perturbed plan")
+    st.add_argument("--requests", type=REQUESTS, default=2000, help="simulated requests per group with --verify")
+    seed_flag(st)
+    json_flag(st)
+
+
+def operate(op) -> None:
+    plan_dir(op)
+    op.add_argument("--noise-sigma", type=NOISE_SIGMA, default=0.0, metavar="σ",
+                    help="day-to-day demand variation per workload, log-normal σ (0: none)")
+    seed_flag(op)
+    json_flag(op)
+
+
+
+def log_format(p) -> None:
+    p.add_argument("--columns", metavar="FIELD=COLUMN,…",
+                   help="the logs' columns, e.g. prompt=ContextTokens,output=GeneratedTokens,timestamp=TIME:%%d/%%m/%%Y "
+                        "%%H:%%M; fields: timestamp, prompt, output, metro, workload, cached (default: usual names)")
+    p.add_argument("--tz", help="time zone of naive timestamps in the logs, e.g. Europe/Paris (default UTC)")
+
+
+def demand(dm) -> None:
+    dm.add_argument("scenario", nargs="?",
+                    help="scenario whose metros, workloads, periods and diurnal profiles are used (default: the "
+                         "reference); its traces section names the logs when --from-trace is not given")
+    dm.add_argument("--from-trace", nargs="+", metavar="[WORKLOAD=]FILE",
+                    help="request logs: CSV, Parquet or JSON lines, one row per request (optionally compressed)")
+    dm.add_argument("--out", help="demand folder to write (demand.csv, workloads.csv, scenario.yaml, report.html, …)")
+    json_flag(dm)
+    dm.add_argument("--metro", help="the metro of logs without a metro column")
+    dm.add_argument("--workload", help="the workload of logs without a workload column")
+    log_format(dm)
+    dm.add_argument("--fill", choices=["profile", "none"], default="profile",
+                    help="hours of the day the log does not cover: from the workload's diurnal profile anchored to "
+                         "the covered hours (default), or left at zero")
+
+
+def nothing(p) -> None:
+    """A command without arguments."""

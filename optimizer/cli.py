@@ -12,20 +12,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from optimizer.arguments import (
-    BATCH_TOKENS,
-    JITTER_GAPS,
-    MILLISECONDS,
-    NOISE_SIGMA,
-    PRICE,
-    REQUESTS,
-    SEED,
-    TOKENS,
-    WORKERS,
-    Parser,
-    factor,
-    field_value,
-)
+from optimizer import arguments as flags
+from optimizer.arguments import Parser
 from optimizer.errors import FleetplanError, Origin, ScenarioError
 from optimizer.outputs import (
     COMPARISON,
@@ -38,7 +26,6 @@ from optimizer.outputs import (
     save_png,
     terminate_as_interrupt,
 )
-from optimizer.scenario import Policy
 
 
 def _print_json(obj) -> None:
@@ -66,7 +53,19 @@ def _table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
 
 # ---------------------------------------------------------------------------- commands
 
+COMMANDS: dict[str, tuple] = {}  # name → (what it does, its handler, the definer of its flags)
 
+
+def command(name: str, what: str, flags_of):
+    """Register a command: its handler, one line of help and its flags (`optimizer.arguments`)."""
+    def register(handler):
+        COMMANDS[name] = (what, handler, flags_of)
+        return handler
+    return register
+
+
+
+@command("curves", "operating table of a model on an accelerator", flags.curves)
 def cmd_curves(args) -> int:
     from optimizer.errors import unknown_id_message
     from optimizer.operating import operating_table
@@ -146,6 +145,7 @@ def _plot_curves(out, model, gpu, serving, args, target: Path) -> None:
     save_png(fig, target)
 
 
+@command("validate", "check a scenario file; exit 0 or 2 with the first error", flags.validate)
 def cmd_validate(args) -> int:
     from optimizer.checks import preflight
     from optimizer.scenario import load_scenario
@@ -160,6 +160,7 @@ def cmd_validate(args) -> int:
     return 0
 
 
+@command("budget", "TTFT budget waterfall for a metro, a site and a workload", flags.budget)
 def cmd_budget(args) -> int:
     from optimizer.budget import best_waterfall
     from optimizer.configs import kv_bytes_per_token, workload_configs
@@ -200,6 +201,7 @@ def cmd_budget(args) -> int:
     return 0
 
 
+@command("network", "the latency graph: RTT table, map, exports", flags.network)
 def cmd_network(args) -> int:
     from optimizer.network import (
         EDGE_CSV_HEADER,
@@ -239,6 +241,7 @@ def cmd_network(args) -> int:
     return 0
 
 
+@command("plan", "plan a scenario (default: the embedded reference scenario)", flags.plan)
 def cmd_plan(args) -> int:
     from optimizer.folder.write import write_plan
     from optimizer.pipeline import make_plan
@@ -304,6 +307,7 @@ def _plan_text(sm: dict, out) -> str:
     return "\n".join(lines)
 
 
+@command("sweep", "plan a scenario over ranges of its inputs", flags.sweep)
 def cmd_sweep(args) -> int:
     from optimizer.sweep import parse_vary, sweep
 
@@ -322,6 +326,7 @@ def cmd_sweep(args) -> int:
     return 0
 
 
+@command("compare", "plan folders side by side", flags.compare)
 def cmd_compare(args) -> int:
     from optimizer.compare import compare, comparison_text, write_comparison
     from optimizer.report.compare_page import write_compare_report
@@ -343,6 +348,7 @@ def cmd_compare(args) -> int:
     return 0
 
 
+@command("report", "write report.html for a plan folder", flags.plan_dir)
 def cmd_report(args) -> int:
     from optimizer.report import write_report
 
@@ -351,6 +357,7 @@ def cmd_report(args) -> int:
     return 0
 
 
+@command("verify", "simulate a plan request by request: measured vs predicted p99s", flags.verify)
 def cmd_verify(args) -> int:
     import pandas as pd
 
@@ -401,6 +408,7 @@ def _trace_specs(files: list[str], columns: str | None, tz: str | None, metro: s
     return specs
 
 
+@command("demand", "demand, lengths and burstiness from request logs → a scenario's demand table", flags.demand)
 def cmd_demand(args) -> int:
     from optimizer.scenario import load_scenario
     from optimizer.sources import read_yaml
@@ -512,6 +520,7 @@ def cmd_verify_trace(args) -> int:
     return 0 if all(met.values()) else 7
 
 
+@command("stress", "evaluate a fixed plan under perturbed estimates or a lost site", flags.stress)
 def cmd_stress(args) -> int:
     from optimizer.stress import stress, write_stress
 
@@ -528,6 +537,7 @@ def cmd_stress(args) -> int:
     return 0 if result.summary["all_objectives_met"] else 7
 
 
+@command("operate", "operate a plan's commitment hour by hour through its 8,760-hour year", flags.operate)
 def cmd_operate(args) -> int:
     from optimizer.operate import operate_plan, write_operations
 
@@ -549,6 +559,7 @@ def cmd_operate(args) -> int:
     return 0 if ok else 7
 
 
+@command("scenarios", "list the shipped example scenarios", flags.nothing)
 def cmd_scenarios(args) -> int:
     from optimizer.scenario import DATA_DIR
     from optimizer.sources import read_yaml
@@ -562,193 +573,13 @@ def cmd_scenarios(args) -> int:
 # ---------------------------------------------------------------------------- parser
 
 
-def _json_flag(p) -> None:
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-
-
-def _plan_dir_arg(p) -> None:
-    p.add_argument("plan_dir", help="a plan folder written by fleetplan plan")
-
-
-def _seed_flag(p) -> None:
-    p.add_argument("--seed", type=SEED, default=0, help="random seed (default 0)")
-
-
-def _args_curves(c) -> None:
-    c.add_argument("--model", required=True)
-    c.add_argument("--gpu", required=True)
-    c.add_argument("--isl", type=TOKENS, default=2000, help="prompt tokens (default 2000)")
-    c.add_argument("--osl", type=TOKENS, default=500, help="output tokens (default 500)")
-    c.add_argument("--itl-ms", type=MILLISECONDS, default=50.0, help="p99 inter-token objective (default 50)")
-    c.add_argument("--ttft-ms", type=MILLISECONDS, help="p99 TTFT objective, to show the headroom after prefill")
-    c.add_argument("--price-usd-per-gpu-hour", type=PRICE, help="default: the scenario's on-demand price")
-    c.add_argument("--dtype", choices=["bf16", "fp8"], default="bf16", help="weight precision")
-    c.add_argument("--kv-dtype", choices=["bf16", "fp8"], help="KV precision (default: as weights)")
-    c.add_argument("--scenario", help="take catalogue and serving settings from this scenario (default: reference)")
-    c.add_argument("--plot", help="PNG of tokens/s and step time vs batch, knee marked")
-    _json_flag(c)
-
-
-def _args_validate(v) -> None:
-    v.add_argument("scenario")
-
-
-def _args_budget(b) -> None:
-    for name in ("metro", "site", "workload"):
-        b.add_argument(f"--{name}", required=True)
-    b.add_argument("--gpu", help="accelerator for prefill and decode (default: the best the site offers)")
-    b.add_argument("--scenario")
-    _json_flag(b)
-
-
-def _args_network(n) -> None:
-    n.add_argument("scenario", nargs="?")
-    n.add_argument("--rtt-csv", help="write from,to,rtt_ms for every metro and site")
-    n.add_argument("--plot", help="PNG map of metros, sites and links")
-    n.add_argument("--graphml", help="export the graph as GraphML")
-    n.add_argument("--edges-csv", help="export the graph as from,to,one_way_ms")
-
-
-def _args_plan(pl) -> None:
-    pl.add_argument("scenario", nargs="?")
-    pl.add_argument("--out", default="plan", help="plan folder to write (default ./plan)")
-    pl.add_argument("--time-limit", type=field_value(Policy, "time_limit_s"),
-                    help="seconds for the whole solve (default: the scenario's policy)")
-    pl.add_argument("--mip-gap", type=field_value(Policy, "mip_gap"), help="target relative gap (default: the scenario's policy)")
-    pl.add_argument("--threads", type=field_value(Policy, "threads"))
-    pl.add_argument("--backend", choices=["highs", "pyomo"], default="highs",
-                    help="hand the program to HiGHS directly (default) or through Pyomo's persistent interface")
-    pl.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario field by dotted path")
-    mode = pl.add_mutually_exclusive_group()
-    mode.add_argument("--exact", dest="exact", action="store_const", const=True,
-                      help="integer replicas throughout (small cases and checks; default for small scenarios)")
-    mode.add_argument("--master", dest="exact", action="store_const", const=False,
-                      help="continuous master + whole-plan repair (default for large scenarios)")
-    pl.add_argument("--allow-unserved", action="store_true", help="write the plan even if some demand is unserved")
-    pl.add_argument("--from-plan", metavar="DIR", help="plan again exactly what a plan folder records")
-    pl.add_argument("--no-report", action="store_true", help="do not write report.html")
-    pl.add_argument("--robust", action="store_true", help="plan with the scenario's robust margins; report the price of robustness")
-    _json_flag(pl)
-    pl.add_argument("--quiet", action="store_true", help="no progress lines")
-
-
-def _args_sweep(sw) -> None:
-    sw.add_argument("scenario", nargs="?")
-    sw.add_argument("--vary", action="append", metavar="KEY=V1,V2,…",
-                    help="dotted scenario path and values: a list, start:stop:step, or multipliers ×0.5,×1,×1.5")
-    how = sw.add_mutually_exclusive_group()
-    how.add_argument("--grid", action="store_true", help="every combination (default)")
-    how.add_argument("--one-at-a-time", action="store_true", help="one key at a time, with a tornado chart")
-    sw.add_argument("--executor", choices=["local", "dask"], default="local")
-    sw.add_argument("--workers", type=WORKERS, default=2)
-    sw.add_argument("--scheduler", help="address of a running Dask scheduler (default: a local cluster)")
-    sw.add_argument("--out", default="sweep", help="output folder (default ./sweep); re-running skips finished runs")
-    sw.add_argument("--reuse", action="store_true",
-                    help="refresh a built model between runs of the same structure (faster; equal within the gap)")
-    sw.add_argument("--time-limit", type=field_value(Policy, "time_limit_s"))
-    sw.add_argument("--mip-gap", type=field_value(Policy, "mip_gap"))
-    sw.add_argument("--quiet", action="store_true")
-
-
-def _args_compare(cp) -> None:
-    cp.add_argument("plans", nargs="+")
-    cp.add_argument("--out", help="folder for compare.csv, routing_changes.csv, compare.png and compare.html")
-
-
-def _args_verify(vf) -> None:
-    _plan_dir_arg(vf)
-    vf.add_argument("--slices", default="peak",
-                    help="peak (the busiest hour of each period), all, or PERIOD/DAYTYPE/HOUR,… (default peak)")
-    vf.add_argument("--requests", type=REQUESTS, default=20000, help="simulated requests per (site, workload, slice)")
-    _seed_flag(vf)
-    vf.add_argument("--prefill-batch-tokens", type=BATCH_TOKENS, default=0, metavar="N",
-                    help="what-if: prefill servers batch waiting prompts up to N new tokens (default 0: one "
-                         "prompt at a time, as the plan sized them)")
-    _json_flag(vf)
-    vf.add_argument("--trace", nargs="+", metavar="[WORKLOAD=]FILE",
-                    help="also replay request logs (CSV, Parquet, JSON lines) instead of Poisson arrivals and "
-                         "lognormal lengths, and put both runs side by side; WORKLOAD= names a log's workload when it "
-                         "has no workload column")
-    vf.add_argument("--trace-scale", choices=["planned", "recorded"], default="planned",
-                    help="replay each log resampled to the planned rates (default) or at its recorded rate")
-    vf.add_argument("--trace-jitter", type=JITTER_GAPS, default=10.0, metavar="GAPS",
-                    help="a log request replayed as several spreads its copies over GAPS mean gaps of the log "
-                         "(default 10); larger values smooth bursts shorter than that instead of scaling them")
-    _log_format_flags(vf)
-    vf.add_argument("--lengths", metavar="FILE",
-                    help="draw the Poisson run's prompt and output lengths from a log's empirical distributions (the "
-                         "lengths.csv of `fleetplan demand`) instead of lognormals")
-
-
-def _args_stress(st) -> None:
-    _plan_dir_arg(st)
-    st.add_argument("--perturb", action="append", metavar="KEY=VALUE",
-                    help="scenario path and value or ×factor; * stands for every row (workloads.*.isl_mean_tokens=×1.3)")
-    st.add_argument("--demand", type=factor, default=1.0, metavar="×F", help="scale every routed flow")
-    st.add_argument("--rtt", type=factor, default=1.0, metavar="×F", help="scale every round trip")
-    st.add_argument("--lose-site", metavar="ID", help="the site goes dark; its traffic moves to the nearest pools that can take it")
-    st.add_argument("--verify", action="store_true", help="also simulate the perturbed plan")
-    st.add_argument("--requests", type=REQUESTS, default=2000, help="simulated requests per group with --verify")
-    _seed_flag(st)
-    _json_flag(st)
-
-
-def _args_operate(op) -> None:
-    _plan_dir_arg(op)
-    op.add_argument("--noise-sigma", type=NOISE_SIGMA, default=0.0, metavar="σ",
-                    help="day-to-day demand variation per workload, log-normal σ (0: none)")
-    _seed_flag(op)
-    _json_flag(op)
-
-
-
-def _log_format_flags(p) -> None:
-    p.add_argument("--columns", metavar="FIELD=COLUMN,…",
-                   help="the logs' columns, e.g. prompt=ContextTokens,output=GeneratedTokens,timestamp=TIME:%%d/%%m/%%Y "
-                        "%%H:%%M; fields: timestamp, prompt, output, metro, workload, cached (default: usual names)")
-    p.add_argument("--tz", help="time zone of naive timestamps in the logs, e.g. Europe/Paris (default UTC)")
-
-
-def _args_demand(dm) -> None:
-    dm.add_argument("scenario", nargs="?",
-                    help="scenario whose metros, workloads, periods and diurnal profiles are used (default: the "
-                         "reference); its traces section names the logs when --from-trace is not given")
-    dm.add_argument("--from-trace", nargs="+", metavar="[WORKLOAD=]FILE",
-                    help="request logs: CSV, Parquet or JSON lines, one row per request (optionally compressed)")
-    dm.add_argument("--out", help="demand folder to write (demand.csv, workloads.csv, scenario.yaml, report.html, …)")
-    _json_flag(dm)
-    dm.add_argument("--metro", help="the metro of logs without a metro column")
-    dm.add_argument("--workload", help="the workload of logs without a workload column")
-    _log_format_flags(dm)
-    dm.add_argument("--fill", choices=["profile", "none"], default="profile",
-                    help="hours of the day the log does not cover: from the workload's diurnal profile anchored to "
-                         "the covered hours (default), or left at zero")
-
-
-COMMANDS = (  # name, what it does, its handler, its arguments
-    ("curves", "operating table of a model on an accelerator", cmd_curves, _args_curves),
-    ("validate", "check a scenario file; exit 0 or 2 with the first error", cmd_validate, _args_validate),
-    ("budget", "TTFT budget waterfall for a metro, a site and a workload", cmd_budget, _args_budget),
-    ("network", "the latency graph: RTT table, map, exports", cmd_network, _args_network),
-    ("plan", "plan a scenario (default: the embedded reference scenario)", cmd_plan, _args_plan),
-    ("sweep", "plan a scenario over ranges of its inputs", cmd_sweep, _args_sweep),
-    ("compare", "plan folders side by side", cmd_compare, _args_compare),
-    ("report", "write report.html for a plan folder", cmd_report, _plan_dir_arg),
-    ("verify", "simulate a plan request by request: measured vs predicted p99s", cmd_verify, _args_verify),
-    ("stress", "evaluate a fixed plan under perturbed estimates or a lost site", cmd_stress, _args_stress),
-    ("operate", "operate a plan's commitment hour by hour through its 8,760-hour year", cmd_operate, _args_operate),
-    ("demand", "demand, lengths and burstiness from request logs → a scenario's demand table", cmd_demand, _args_demand),
-    ("scenarios", "list the shipped example scenarios", cmd_scenarios, lambda p: None),
-)
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="fleetplan", description="Plan LLM-inference fleets at the lowest cost that meets p99 latency objectives.")
     sub = p.add_subparsers(dest="command", required=True)
-    for name, what, handler, arguments in COMMANDS:
-        command = sub.add_parser(name, help=what)
-        arguments(command)
-        command.set_defaults(func=handler)
+    for name, (what, handler, arguments) in COMMANDS.items():
+        parser = sub.add_parser(name, help=what)
+        arguments(parser)
+        parser.set_defaults(func=handler)
     return p
 
 
