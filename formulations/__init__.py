@@ -73,14 +73,14 @@ def refresh(lp: LinearProgram, inst) -> list:
 
 
 def build_program(inst, exact: bool, gpus_per_rps: dict, max_replicas: dict,
-                  operating: Operating | None = None) -> tuple[LinearProgram, Terms]:
+                  operating: Operating | None = None, chord: bool = False) -> tuple[LinearProgram, Terms]:
     """The MIP for ``inst``. ``gpus_per_rps[(pool, state)]`` prices the master problem's pools
     (ignored in exact mode); ``max_replicas`` bounds the pool-size choices of exact mode;
     ``operating`` fixes a plan's commitment (`registry.Operating`)."""
     lp = LinearProgram()
     lp.param("gpus_per_rps", gpus_per_rps)
     terms = Terms()
-    build = Build(lp, inst, terms, exact, max_replicas, operating)
+    build = Build(lp, inst, terms, exact, max_replicas, operating, chord)
     for module in MODULES:
         module.add_to(build)
     for items in terms.cost.values():

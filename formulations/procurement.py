@@ -16,7 +16,9 @@ Cost      committed: c · $/node-h · 8760 in the term's category (`optimizer.co
           whose price leaves energy out (owned) also pays c · node kW · PUE · $/MWh · 8760 as
           energy (at full power — conservative); on-demand: Σ_t h_t · o[s,g,t] · $/node-h.
 Operating a commitment (`registry.Operating`), c is fixed at the plan's nodes — on the
-(site, accelerator)'s first priced term — and costs nothing more.
+(site, accelerator)'s first priced term — and costs nothing more; or, priced for one state
+(a Lagrangian multiplier μ[s,g] per node), c is free up to its cap at μ, and an on-demand
+node may carry an extra price (the multipliers of the ramps relaxed around the state).
 """
 
 from __future__ import annotations
@@ -35,10 +37,15 @@ def add_to(build) -> None:
     lp.param("committed_max", {key: float(inst.committed_max[key]) for key in inst.site_gpus})
     lp.param("ondemand_max", {key: float(inst.ondemand_max[key]) for key in inst.site_gpus})
     operating = build.operating
-    if operating is None:
+    if operating is None or operating.committed is None:
         committed = lp.add_cols("committed", committed_index, integer=build.exact)
     else:
         committed = lp.add_cols("committed", committed_index, lower=_fixed(inst, operating), upper=_fixed(inst, operating))
+    if operating is not None and operating.committed_usd is not None:
+        lp.param("state_committed_usd", {key: float(operating.committed_usd.get(key, 0.0)) for key in inst.site_gpus})
+    if operating is not None and operating.ondemand_extra_usd is not None:
+        lp.param("state_ondemand_extra_usd", {key: float(operating.ondemand_extra_usd.get(key, 0.0))
+                                              for key in inst.site_gpus})
     ondemand_index = [(s, g, st.id) for st in inst.states for s, g in inst.site_gpus
                       if s != st.lost_site and inst.ondemand_max[(s, g)] > 0]
     ondemand = lp.add_cols("ondemand", ondemand_index, upper=lambda key: Param("ondemand_max", key[:2]),
@@ -47,6 +54,8 @@ def add_to(build) -> None:
     for (s, g, term), col in committed.items():
         terms_of.setdefault((s, g), []).append(col)
         if operating is not None:
+            if operating.committed_usd is not None:
+                terms.add_cost("reserved", col, Param("state_committed_usd", (s, g)))
             continue
         contract = inst.contracts[(s, g)].committed[term]
         terms.add_cost(contract.category, col, Param("committed_usd_per_node_hour", (s, g, term), HOURS_PER_YEAR))
@@ -71,6 +80,8 @@ def add_to(build) -> None:
         hours = inst.states[sid].weight_hours
         if hours > 0:
             terms.add_cost("ondemand", col, Param("ondemand_usd_per_node_hour", (s, g), hours))
+        if operating is not None and operating.ondemand_extra_usd is not None:
+            terms.add_cost("ramp", col, Param("state_ondemand_extra_usd", (s, g)))
 
 
 def _fixed(inst, operating):

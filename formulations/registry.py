@@ -58,15 +58,24 @@ class Terms:
 
 @dataclass(frozen=True)
 class Operating:
-    """A plan's commitment operated (re-operation of its slices, the hours of its year): the
-    committed nodes are fixed (bounds) and cost nothing more, only the plan's pools are open,
-    each priced through ``gpus_per_rps`` at its largest planned size, and every flow pays a
-    tie-break of ``tie_break_usd_per_gpu_hour`` per GPU it occupies, so that free committed
-    GPUs go where they occupy the fewest."""
+    """The formulation on one state with the commitment decided elsewhere:
 
-    committed: dict  # (site, gpu) → committed nodes
-    open_pools: frozenset  # pool ids
-    tie_break_usd_per_gpu_hour: float = 1e-4
+    * ``committed`` given: the plan's committed nodes are fixed (bounds) and cost nothing
+      more — a plan's commitment operated (re-operation of its slices, the hours of its year,
+      a slice re-planned exactly);
+    * ``committed_usd`` given instead: committed nodes are free up to their cap at that price
+      per node for this state — a slice's share of the commitment, a Lagrangian multiplier
+      (`optimizer.solve.lagrange`);
+    * ``open_pools``: only these pools exist (None: all);
+    * every flow pays a tie-break of ``tie_break_usd_per_gpu_hour`` per GPU it occupies (master
+      pricing), and every route the same per ms of round trip, so that among equally cheap
+      choices free committed GPUs go where they occupy the fewest and requests stay near."""
+
+    committed: dict | None = None  # (site, gpu) → committed nodes
+    open_pools: frozenset | None = None  # pool ids
+    tie_break_usd_per_gpu_hour: float = 0.0
+    committed_usd: dict | None = None  # (site, gpu) → $ per committed node in this state
+    ondemand_extra_usd: dict | None = None  # (site, gpu) → $ added per on-demand node (relaxed ramps' multipliers)
 
 
 @dataclass
@@ -86,3 +95,4 @@ class Build:
     exact: bool
     max_replicas: dict  # (pool id, state id) → largest pool size worth considering
     operating: Operating | None = None
+    chord: bool = False  # exact mode with the chord f(N)/N instead of the pool-size choice (`pools`)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 def add_to(build) -> None:
     lp, inst = build.lp, build.inst
+    if all(st.lost_site is None for st in inst.states):
+        return
     peak = next(st.id for st in inst.states if st.slice == inst.peak_slice and st.lost_site is None)
     ondemand = lp.cols["ondemand"]
     for st in inst.states:

@@ -42,7 +42,7 @@ def add_to(build) -> None:
         hours = inst.states[sid].weight_hours
         if hours > 0:
             terms.add_cost("egress", col, Param("egress_usd_per_request", (k,), SECONDS_PER_HOUR * hours))
-        if build.operating is not None:
+        if build.operating is not None and build.operating.tie_break_usd_per_gpu_hour > 0:
             terms.add_cost("tie_break", col, build.operating.tie_break_usd_per_gpu_hour * rtt[(metro, site)] / 1e3)
     for key, col in unserved.items():
         m, k, sid = key

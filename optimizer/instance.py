@@ -414,11 +414,26 @@ def operating_view(inst: Instance, open_pools) -> Instance:
     solve), and only the arcs into tiers where one of ``open_pools`` takes requests. The
     formulation of the plan, built on this view with `formulations.Operating`, is the
     program that operates a commitment."""
-    st = State(0, inst.peak_slice, NOMINAL, None, 1.0, 1.0)
     demand: dict = {}
     for (m, k, _), lam in inst.demand.items():
         demand[(m, k, inst.peak_slice)] = max(demand.get((m, k, inst.peak_slice), 0.0), lam)
-    entry = {(p.site, p.workload, p.tier) for p in inst.pools_in(st) if p.id in open_pools and p.role != Role.DECODE}
+    return _one_state(inst, inst.peak_slice, 1.0, demand, open_pools)
+
+
+def slice_view(inst: Instance, state: State, open_pools=None) -> Instance:
+    """One nominal state of the instance on its own (its slice's demand and hours): the unit
+    the slice programs (a bound per slice, a slice re-planned on a fixed commitment) work on."""
+    demand = {key: lam for key, lam in inst.demand.items() if key[2] == state.slice}
+    return _one_state(inst, state.slice, state.weight_hours, demand, open_pools)
+
+
+def _one_state(inst: Instance, slice_id: int, hours: float, demand: dict, open_pools) -> Instance:
+    """The instance reduced to one nominal state (id 0) of ``slice_id`` weighing ``hours``,
+    with ``demand``; arcs only into tiers where an open pool (all, where ``open_pools`` is
+    None) takes requests."""
+    st = State(0, slice_id, NOMINAL, None, hours, hours)
+    entry = {(p.site, p.workload, p.tier) for p in inst.pools_in(st)
+             if (open_pools is None or p.id in open_pools) and p.role != Role.DECODE}
     arcs = [a for a in inst.arcs[NOMINAL] if (a.site, a.workload, a.tier) in entry]
     return replace(inst, states=[st], demand=demand, arcs={NOMINAL: arcs})
 

@@ -157,7 +157,7 @@ def test_procurement_caps_and_prices_nodes():
 
 
 def test_procurement_operating_fixes_the_commitment_at_no_cost():
-    lp, _ = program(tiny(), operating=Operating({("s1", "g"): 7}, frozenset({0, 1, 2})))
+    lp, _ = program(tiny(), operating=Operating({("s1", "g"): 7}, frozenset({0, 1, 2}), 1e-4))
     c = lp.cols["committed"][("s1", "g", "reserved-1y")]
     assert lp.col_lower[c] == lp.col_upper[c] == 7 and cost(lp, c) == 0.0
     assert set(lp.cols["prefill_flow"]) == {(0, 0), (0, 1)}  # only the open pools

@@ -1,0 +1,84 @@
+"""Slice programs run side by side: a local process pool (the default), or a Dask cluster when
+a scheduler address is given — as sweeps do. The instance goes to each worker once; each
+worker keeps the slice programs it built, so that later rounds only change their prices.
+
+A task is ``(kind, state id, arguments)``; `run_tasks` yields the results as they finish.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+
+from optimizer.solve.slices import SliceProgram, SliceResult
+
+_WORKER: dict = {}
+
+
+def _init(inst) -> None:
+    _WORKER.clear()
+    _WORKER["inst"] = inst
+    _WORKER["programs"] = {}
+
+
+def run_slice(task) -> SliceResult:
+    """One slice program solved (built on first use in this process)."""
+    kind, sid, args = task
+    inst, programs = _WORKER["inst"], _WORKER["programs"]
+    key = (kind, sid, args.get("commitment_key"))
+    if key not in programs:
+        if kind == "bound":
+            programs[key] = SliceProgram(inst, sid, committed_usd=args["committed_usd"],
+                                         ondemand_extra_usd=args["ondemand_extra_usd"], chord=True)
+        else:
+            programs[key] = SliceProgram(inst, sid, committed=args["committed"])
+    program = programs[key]
+    if kind == "bound":
+        program.price(args["committed_usd"], args["ondemand_extra_usd"])
+    if args.get("start") is not None:
+        program.start_from(args["start"])
+    return program.solve(args["seconds"], args["gap"])
+
+
+class SliceRunner:
+    """Where slice programs run: ``workers`` local processes, or the Dask cluster at
+    ``scheduler``."""
+
+    def __init__(self, inst, workers: int | None = None, scheduler: str | None = None):
+        self.inst = inst
+        self.workers = max(1, workers or min(os.cpu_count() or 1, 8))
+        self.scheduler = scheduler
+        self._pool = None
+        self._client = None
+
+    def __enter__(self):
+        if self.scheduler:
+            from dask.distributed import Client
+
+            self._client = Client(self.scheduler)
+            self._client.run(_init, self.inst)
+        elif self.workers > 1:
+            self._pool = ProcessPoolExecutor(self.workers, initializer=_init, initargs=(self.inst,))
+        else:
+            _init(self.inst)
+        return self
+
+    def __exit__(self, *exc):
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+        if self._client is not None:
+            self._client.close()
+
+    def run_tasks(self, tasks):
+        """The results of ``tasks``, as they finish."""
+        if self._client is not None:
+            from dask.distributed import as_completed as dask_completed
+
+            for future in dask_completed(self._client.map(run_slice, tasks, pure=False)):
+                yield future.result()
+        elif self._pool is not None:
+            for future in as_completed([self._pool.submit(run_slice, t) for t in tasks]):
+                yield future.result()
+        else:
+            for task in tasks:
+                yield run_slice(task)
