@@ -43,7 +43,7 @@ def cmd_curves(args) -> int:
     from optimizer.errors import unknown_id_message
     from optimizer.scenario import load_scenario
 
-    s, _ = load_scenario(args.scenario)
+    s, _ = load_scenario(args.scenario, _calibration_override(args))
     for kind, value, table in (("model", args.model, s.models), ("accelerator", args.gpu, s.accelerators)):
         if value not in table:
             raise ScenarioError(unknown_id_message(kind, value, table), field=f"--{'model' if kind == 'model' else 'gpu'}")
@@ -128,7 +128,7 @@ def cmd_budget(args) -> int:
     from optimizer.errors import unknown_id_message
     from optimizer.scenario import load_scenario
 
-    s, raw = load_scenario(args.scenario)
+    s, raw = load_scenario(args.scenario, _calibration_override(args))
     for kind, value, table in (("metro", args.metro, s.metros), ("site", args.site, s.sites),
                                ("workload", args.workload, s.workloads)):
         if value not in table:
@@ -199,7 +199,7 @@ def cmd_plan(args) -> int:
 
         plan = replan(args.from_plan, progress=progress, allow_unserved=args.allow_unserved)
     else:
-        plan = make_plan(args.scenario, args.set or [], time_limit_s=args.time_limit, mip_gap=args.mip_gap,
+        plan = make_plan(args.scenario, (args.set or []) + _calibration_override(args), time_limit_s=args.time_limit, mip_gap=args.mip_gap,
                          threads=args.threads, exact=args.exact, allow_unserved=args.allow_unserved,
                          robust=args.robust, backend=args.backend, progress=progress)
     out = write_plan(plan, args.out, report=not args.no_report)
@@ -366,6 +366,27 @@ def cmd_operate(args) -> int:
     return 0 if ok else 7
 
 
+def _calibration_override(args) -> list[str]:
+    """``--calibration FILE`` is the override ``calibration=FILE`` (the file's content replaces
+    the one the scenario names)."""
+    return [f"calibration={args.calibration}"] if getattr(args, "calibration", None) else []
+
+
+def cmd_calibrate(args) -> int:
+    from optimizer.calibration.report import run, text
+
+    if not 0 <= args.holdout < 1:
+        raise ScenarioError(f"expected a fraction in [0, 1), got {args.holdout}", field="--holdout")
+    context = {k: getattr(args, k) for k in ("model", "accelerator", "tp", "engine", "version", "weight_dtype",
+                                              "prompt_tokens", "output_tokens")}
+    summary = run(args.tables, args.out, holdout=args.holdout, seed=args.seed, context=context, plot=args.plot)
+    if args.json:
+        _print_json({k: summary[k] for k in ("calibration_file", "parameters", "fit", "holdout")})
+    else:
+        print(text(summary))
+    return 0
+
+
 def cmd_scenarios(args) -> int:
     from optimizer.scenario import DATA_DIR, read_yaml
 
@@ -394,6 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--kv-dtype", choices=["bf16", "fp8"], help="KV precision (default: as weights)")
     c.add_argument("--scenario", help="take catalogue and serving settings from this scenario (default: reference)")
     c.add_argument("--plot", help="PNG of tokens/s and step time vs batch, knee marked")
+    c.add_argument("--calibration", metavar="FILE", help="calibration file (fleetplan calibrate) to use")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_curves)
 
@@ -407,6 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--workload", required=True)
     b.add_argument("--gpu", help="accelerator for prefill and decode (default: the best the site offers)")
     b.add_argument("--scenario")
+    b.add_argument("--calibration", metavar="FILE", help="calibration file (fleetplan calibrate) to use")
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_budget)
 
@@ -437,6 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--no-report", action="store_true", help="do not write report.html")
     pl.add_argument("--robust", action="store_true",
                     help="plan with the scenario's robust margins; report the price of robustness")
+    pl.add_argument("--calibration", metavar="FILE", help="calibration file (fleetplan calibrate) to use")
     pl.add_argument("--json", action="store_true")
     pl.add_argument("--quiet", action="store_true", help="no progress lines")
     pl.set_defaults(func=cmd_plan)
@@ -503,6 +527,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     sc = sub.add_parser("scenarios", help="list the shipped example scenarios")
     sc.set_defaults(func=cmd_scenarios)
+
+    ca = sub.add_parser("calibrate", help="fit the serving parameters to measured tables; write a calibration file")
+    ca.add_argument("tables", nargs="+", metavar="TABLE",
+                    help="benchmark CSV, vLLM/SGLang serving-benchmark JSON, or mlperf_log_summary.txt")
+    ca.add_argument("--out", required=True, help="calibration file to write (.yaml/.yml: YAML, else JSON)")
+    ca.add_argument("--holdout", type=float, default=0.2, help="share of each kind's points held out (default 0.2)")
+    ca.add_argument("--seed", type=int, default=0, help="seed of the held-out split")
+    ca.add_argument("--plot", metavar="PNG", help="predicted-vs-measured plot")
+    ca.add_argument("--json", action="store_true", help="parameters and per-kind errors as JSON")
+    for flag in ("model", "accelerator", "engine", "version", "weight-dtype"):
+        ca.add_argument(f"--{flag}", help=f"{flag} of JSON/MLPerf results that do not say it")
+    for flag in ("tp", "prompt-tokens", "output-tokens"):
+        ca.add_argument(f"--{flag}", type=int, help=f"{flag} of JSON/MLPerf results that do not say it")
+    ca.set_defaults(func=cmd_calibrate)
     return p
 
 

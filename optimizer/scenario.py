@@ -31,6 +31,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from optimizer.calibration.files import calibration_data
+from optimizer.calibration.params import PARAMETERS, Calibration, shipped_calibration
 from optimizer.errors import Origin, ScenarioError, unknown_id_message
 from optimizer.sources import LineDict, Row, read_csv, read_yaml
 
@@ -351,35 +353,38 @@ class Speculative(_Strict):
 
 
 class Serving(_Strict):
-    """Efficiencies and overheads of the serving stack — the one place defaults live.
+    """Efficiencies and overheads of the serving stack.
 
-    Reasons for each default (sources in ../shared/reference/FACTS.md §7.3, data/SOURCES.md):
-    - prefill_mfu 0.45: training-like workloads reach 30–50 % of peak [E17]; prefill is
-      large dense matmuls like training; middle of that band (assumed).
-    - decode_mbu 0.75: optimised stacks reach 70–85 % of HBM bandwidth in decode [R9]; the
-      low-middle of the band because TP communication is modelled separately.
-    - decode_mfu 0.40: compute-bound decode runs smaller matmuls than prefill (assumed,
-      below prefill_mfu).
-    - step_overhead_ms 1.5: scheduler, sampling and kernel launches per iteration with CUDA
-      graphs (assumed; order of published vLLM/TRT per-step overheads).
+    The physical parameters (prefill_mfu … roofline_sharpness, meanings in
+    `optimizer.calibration.params.ParameterSet`) come per accelerator, engine and dtype from
+    the calibration: a scenario's top-level ``calibration: FILE`` (`fleetplan calibrate`),
+    else the shipped defaults fitted to public measurements (data/serving_calibration.csv,
+    sources in data/SOURCES.md). A value set here overrides them for every accelerator
+    (scenario override > calibration file > shipped defaults); a multiplier given to an unset
+    one (``--set serving.decode_mbu=×0.8``) scales each accelerator's value instead
+    (kept in ``calibration_scale``). Reasons for the other defaults
+    (sources in ../shared/reference/FACTS.md §7.3, data/SOURCES.md):
     - usable_hbm_fraction 0.90: vLLM's default gpu_memory_utilization.
     - workspace_gb_per_gpu 2: activations, CUDA graphs and fragmentation (assumed).
-    - collective_latency_us 15: DESIGN.md: ~10–20 µs per all-reduce on NVLink.
-    - link_efficiency 0.7: bus bandwidth NCCL reaches relative to link peak (assumed).
-    - roofline_sharpness 3: memory and compute overlap imperfectly near the ridge; calibrated
-      in benchmarks/curves_vs_published.py against MLPerf v4.1 (FACTS §7.1).
     - itl_tail_factor 1.15: p99 step over mean step from batch composition and jitter (assumed).
     """
 
-    prefill_mfu: float = Field(0.45, gt=0, le=1)
-    decode_mbu: float = Field(0.75, gt=0, le=1)
-    decode_mfu: float = Field(0.40, gt=0, le=1)
-    step_overhead_ms: float = Field(1.5, ge=0)
+    prefill_mfu: float | None = Field(None, gt=0, le=1)
+    prefill_half_tokens: float | None = Field(None, ge=0)
+    decode_mbu: float | None = Field(None, gt=0, le=1)
+    decode_mfu: float | None = Field(None, gt=0, le=1)
+    step_overhead_ms: float | None = Field(None, ge=0)
+    layer_overhead_us: float | None = Field(None, ge=0)
+    collective_latency_us: float | None = Field(None, ge=0)
+    link_efficiency: float | None = Field(None, gt=0, le=1)
+    attention_factor: float | None = Field(None, gt=0)
+    moe_load_factor: float | None = Field(None, ge=1)
+    roofline_sharpness: float | None = Field(None, ge=1)
+    engine: str | None = Field(None, description="serving engine whose calibrated parameters to use (any if unset)")
+    calibration_scale: dict[str, float] = Field(default_factory=dict, description="multipliers on calibrated values")
+    calibration: Calibration = Field(default_factory=shipped_calibration, description="resolved calibration")
     usable_hbm_fraction: float = Field(0.90, gt=0, le=1)
     workspace_gb_per_gpu: float = Field(2.0, ge=0)
-    collective_latency_us: float = Field(15.0, ge=0)
-    link_efficiency: float = Field(0.7, gt=0, le=1)
-    roofline_sharpness: float = Field(3.0, ge=1)
     itl_tail_factor: float = Field(1.15, ge=1)
     tp_degrees: list[int] = Field(default_factory=lambda: [1, 2, 4, 8], description="GPUs per replica to consider")
     max_gpus_per_replica: int = Field(16, ge=1, description="MoE replicas may span nodes up to this many GPUs")
@@ -466,9 +471,9 @@ class Robust(_Strict):
         d = self.efficiency_derate
         return [
             f"demand.scale={s.demand.scale * self.demand_factor}",
-            f"serving.prefill_mfu={s.serving.prefill_mfu * d}",
-            f"serving.decode_mbu={s.serving.decode_mbu * d}",
-            f"serving.decode_mfu={s.serving.decode_mfu * d}",
+            f"serving.prefill_mfu=×{d}",
+            f"serving.decode_mbu=×{d}",
+            f"serving.decode_mfu=×{d}",
             f"network.access_rtt_ms={s.network.access_rtt_ms + self.rtt_margin_ms}",
             # the tiers move with the round trips: a metro keeps its tier, whose pools give
             # the margin up from their queueing budget (else one just inside a bound would
@@ -527,7 +532,7 @@ TABLES = {
 DIURNAL_FILE = "diurnal.csv"
 SECTIONS = {"horizon": Horizon, "demand": Demand, "network": NetworkSpec, "serving": Serving, "policy": Policy,
             "robust": Robust}
-TOP_LEVEL = {"name", "description", "catalogue", *TABLES, "diurnal", *SECTIONS}
+TOP_LEVEL = {"name", "description", "catalogue", "calibration", *TABLES, "diurnal", *SECTIONS}
 
 
 def _fields(model: type[BaseModel]) -> tuple[list[str], list[str]]:
@@ -812,6 +817,7 @@ def load_raw(path: str | Path | None = None) -> RawScenario:
             data["price_provider"] = provider
         data[name] = _key_rows(spec, rows, origins)
     data["diurnal"] = _read_diurnal(doc.get("diurnal"), yaml_path, catalogue, origins, warnings, _key_line(doc, "diurnal"))
+    data["calibration"] = calibration_data(doc.get("calibration"), yaml_path, _key_line(doc, "calibration"))
 
     for name in SECTIONS:
         section = doc.get(name) or LineDict()
@@ -899,6 +905,9 @@ def set_path(raw: RawScenario, key: str, text: str) -> None:
     """Set one dotted path in ``raw.data`` (see `apply_overrides`)."""
     parts = key.split(".")
     head = parts[0]
+    if parts == ["calibration"]:  # a calibration file (relative to the working directory), read whole
+        raw.data["calibration"] = calibration_data(text or None, Path.cwd() / "--set")
+        return
     node = raw.data
     # the model of the node the last part is set in (none at the top level: raw data's keys)
     model: type[BaseModel] | None = SECTIONS.get(head) if len(parts) > 1 else None
@@ -923,6 +932,10 @@ def set_path(raw: RawScenario, key: str, text: str) -> None:
         raise ScenarioError(unknown_id_message("field", last, known_fields), Origin("--set"), field=key)
     if text[:1] in ("×", "x", "*") and _is_number(text[1:]):
         current = node.get(last)
+        if current is None and model is Serving and last in PARAMETERS:
+            scale = node.setdefault("calibration_scale", {})  # a calibrated value (per accelerator) is scaled
+            scale[last] = float(scale.get(last, 1.0)) * float(text[1:])
+            return
         if current is None and model is not None:
             current = model.model_fields[last].default
         try:
@@ -1046,6 +1059,11 @@ def validate(raw: RawScenario) -> Scenario:
                     for i, row in enumerate(values[part]):
                         _validate_row(row_model, row, raw.origin("demand", part, i))
         sections[name] = _validate_row(model, values, raw.origin(name))
+    if "calibration" in (d.get("serving") or {}):
+        raise ScenarioError("write the calibration file at the top level (calibration: FILE), not in serving",
+                            raw.origin("serving"), field="serving.calibration")
+    if d.get("calibration"):  # recorded content; a scenario.json from before calibrations has none
+        sections["serving"] = sections["serving"].model_copy(update={"calibration": Calibration(**d["calibration"])})
     diurnal = _validate_diurnal(d["diurnal"], raw)
     try:
         scenario = Scenario(

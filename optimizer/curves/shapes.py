@@ -90,8 +90,13 @@ class Hardware:
 
 @dataclass(frozen=True)
 class Efficiency:
-    """Achieved fractions of peak and fixed costs; values and reasons live in
-    `optimizer.scenario.Serving` (the one place defaults are stated)."""
+    """Achieved fractions of peak and fixed costs of one accelerator (× engine × dtype).
+
+    The values come from a calibration (`optimizer.calibration.params`: meanings, bounds and
+    the shipped defaults with their sources) unless the scenario's `Serving` overrides them.
+    ``prefill_mfu`` is the efficiency of a large prefill pass, reached as
+    η(s) = prefill_mfu · s / (s + prefill_half_tokens) for s tokens in the pass.
+    """
 
     prefill_mfu: float
     decode_mbu: float
@@ -102,6 +107,10 @@ class Efficiency:
     collective_latency_s: float
     link_efficiency: float
     roofline_sharpness: float
+    prefill_half_tokens: float = 0.0
+    attention_factor: float = 1.0
+    moe_load_factor: float = 1.0
+    layer_overhead_s: float = 0.0
 
 
 @dataclass(frozen=True)
