@@ -53,7 +53,7 @@ def text(summary: dict) -> str:
         lines.append(f"  {p['accelerator']}/{p['engine']}/{p['dtype']}: "
                      f"prefill_mfu {p['prefill_mfu']:.3f}, prefill_half_tokens {p['prefill_half_tokens']:.0f}, "
                      f"decode_mbu {p['decode_mbu']:.3f}, decode_mfu {p['decode_mfu']:.3f}, "
-                     f"step_overhead_ms {p["step_overhead_ms"]:.2f}, layer_overhead_us {p["layer_overhead_us"]:.1f}, "
+                     f"step_overhead_ms {p['step_overhead_ms']:.2f}, layer_overhead_us {p['layer_overhead_us']:.1f}, "
                      f"collective_latency_us {p['collective_latency_us']:.1f}, "
                      f"link_efficiency {p['link_efficiency']:.2f}, attention_factor {p['attention_factor']:.2f}, "
                      f"moe_load_factor {p['moe_load_factor']:.2f}, roofline_sharpness {p['roofline_sharpness']:.2f}")
