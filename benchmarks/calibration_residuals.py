@@ -42,11 +42,12 @@ def summary(rows: pd.DataFrame, column: str) -> dict:
 
 def main() -> int:
     table = read_table(TABLE)
+    table["before"] = ratios(table, Serving(calibration=Calibration()))
     held = np.zeros(len(table), dtype=bool)
-    for _, rows in table.groupby(FIT_KEY, sort=True):
+    for _, rows in table.groupby(FIT_KEY, sort=True):  # the fit's split: over the rows that fit the GPUs
+        rows = rows[np.isfinite(rows["before"])]
         held[rows.index.to_numpy()[split_holdout(rows.reset_index(drop=True), 0.2, 0)]] = True
     table["held_out"] = held
-    table["before"] = ratios(table, Serving(calibration=Calibration()))
     table["after"] = ratios(table, Serving())
     print("| source (AIConfigurator 0.12) | kind | points | before: in 0.8–1.25× | before: median (min–max) "
           "| after: in band | after: median (min–max) | after, held out: in band |")
