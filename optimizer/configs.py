@@ -71,7 +71,7 @@ def hardware(a: Accelerator, dtype: str) -> Hardware | None:
     )
 
 
-FRACTIONS = ("prefill_mfu", "decode_mbu", "decode_mfu", "link_efficiency")
+FRACTIONS = ("prefill_mfu", "decode_mbu", "decode_mfu", "link_efficiency", "small_link_share")
 
 
 def efficiency(s: Serving, accelerator: str = "*", dtype: str = "bf16") -> Efficiency:
@@ -97,6 +97,10 @@ def efficiency(s: Serving, accelerator: str = "*", dtype: str = "bf16") -> Effic
         workspace_bytes_per_gpu=s.workspace_gb_per_gpu * 1e9,
         collective_latency_s=v["collective_latency_us"] / 1e6,
         link_efficiency=v["link_efficiency"],
+        bulk_extra_latency_s=v["bulk_extra_latency_us"] / 1e6,
+        small_link_share=v["small_link_share"],
+        pcie_p2p_gpus=int(v["pcie_p2p_gpus"]),
+        nic_efficiency=s.nic_efficiency,
         roofline_sharpness=v["roofline_sharpness"],
         attention_factor=v["attention_factor"],
         moe_load_factor=v["moe_load_factor"],
@@ -174,7 +178,7 @@ def _base(w: Workload, a: Accelerator, r: Replica, role: str, tag: str, s: Servi
         gpu=a.id,
         gpus=r.gpus,
         role=role,
-        nic_bytes_per_s=replica_nic_bytes_per_s(r.gpus, r.hw.nic_bytes_per_s, r.eff.link_efficiency),
+        nic_bytes_per_s=replica_nic_bytes_per_s(r.gpus, r.hw.nic_bytes_per_s, r.eff.nic_efficiency),
         kv_budget_gb=kv_budget_bytes(r) / 1e9,
         weights_gb_per_gpu=r.weight_bytes / r.gpus / 1e9,
     )

@@ -367,6 +367,9 @@ class Serving(_Strict):
     - usable_hbm_fraction 0.90: vLLM's default gpu_memory_utilization.
     - workspace_gb_per_gpu 2: activations, CUDA graphs and fragmentation (assumed).
     - itl_tail_factor 1.15: p99 step over mean step from batch composition and jitter (assumed).
+    - nic_efficiency 0.7: share of the scale-out NIC a KV transfer or a collective across
+      nodes reaches (assumed; the pre-calibration link efficiency — the measured tables
+      cover only collectives inside a node).
     """
 
     prefill_mfu: float | None = Field(None, gt=0, le=1)
@@ -377,6 +380,9 @@ class Serving(_Strict):
     layer_overhead_us: float | None = Field(None, ge=0)
     collective_latency_us: float | None = Field(None, ge=0)
     link_efficiency: float | None = Field(None, gt=0, le=1)
+    bulk_extra_latency_us: float | None = Field(None, ge=0)
+    small_link_share: float | None = Field(None, gt=0, le=1)
+    pcie_p2p_gpus: int | None = Field(None, ge=1)
     attention_factor: float | None = Field(None, gt=0)
     moe_load_factor: float | None = Field(None, ge=1)
     roofline_sharpness: float | None = Field(None, ge=1)
@@ -384,6 +390,7 @@ class Serving(_Strict):
     calibration_scale: dict[str, float] = Field(default_factory=dict, description="multipliers on calibrated values")
     calibration: Calibration = Field(default_factory=shipped_calibration, description="resolved calibration")
     usable_hbm_fraction: float = Field(0.90, gt=0, le=1)
+    nic_efficiency: float = Field(0.7, gt=0, le=1)
     workspace_gb_per_gpu: float = Field(2.0, ge=0)
     itl_tail_factor: float = Field(1.15, ge=1)
     tp_degrees: list[int] = Field(default_factory=lambda: [1, 2, 4, 8], description="GPUs per replica to consider")
@@ -413,7 +420,7 @@ class Serving(_Strict):
 
     _fractions = field_validator(
         "prefill_mfu", "decode_mbu", "decode_mfu", "usable_hbm_fraction", "link_efficiency",
-        "prefill_max_utilization", "decode_max_utilization", mode="before",
+        "small_link_share", "nic_efficiency", "prefill_max_utilization", "decode_max_utilization", mode="before",
     )(lambda v: _fraction_check(float(v), "") if isinstance(v, (int, float)) else v)
 
     @property

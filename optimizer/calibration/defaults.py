@@ -86,6 +86,7 @@ def amd_entry(h100: ParameterSet) -> tuple[ParameterSet, float]:
 def flat(entry: ParameterSet) -> dict:
     row = {"accelerator": entry.accelerator, "engine": entry.engine, "dtype": entry.dtype}
     row.update({n: round(float(getattr(entry, n)), 4) for n in PARAMETERS})
+    row["pcie_p2p_gpus"] = int(entry.pcie_p2p_gpus)
     for kind in KINDS:
         s = entry.spread.get(kind)
         row.update({f"{kind}_points": s.points if s else "",

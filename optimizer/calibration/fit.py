@@ -10,6 +10,8 @@ Only parameters the rows can inform move; the others keep their starting value (
 default for that accelerator, else the neutral value):
 tensor-parallel ones need rows with tp > 1, ``moe_load_factor`` MoE rows, ``decode_mfu``
 decode rows, ``prefill_*`` prefill rows, ``attention_factor`` rows with context.
+``pcie_p2p_gpus`` (a whole number) is chosen by trying each tensor-parallel degree of the
+rows in turn, for parts without a scale-up fabric only, keeping the lowest cost.
 
 Held-out split: a seeded random ``holdout`` share of each group's rows per kind is left out
 of the fit and scored with the fitted parameters. Error of a point: |f/y − 1|.
@@ -68,7 +70,7 @@ def informed(rows: pd.DataFrame, catalogue: Catalogue) -> list[str]:
         names += ["decode_mbu", "decode_mfu", "roofline_sharpness"]
     names += ["step_overhead_ms", "layer_overhead_us"]
     if (rows["tp"] > 1).any():
-        names += ["collective_latency_us", "link_efficiency"]
+        names += ["collective_latency_us", "link_efficiency", "bulk_extra_latency_us", "small_link_share"]
     context = rows["context_tokens"].fillna(0).to_numpy(float) + rows["prompt_tokens"].fillna(0).to_numpy(float)
     if (context >= 2048).any():
         names.append("attention_factor")
@@ -98,6 +100,28 @@ def split_holdout(rows: pd.DataFrame, fraction: float, seed: int) -> np.ndarray:
     return mask
 
 
+def _least_squares(names: list[str], fixed: dict, rows: pd.DataFrame, measured: np.ndarray,
+                   catalogue: Catalogue) -> tuple[dict, float]:
+    """Robust bounded fit of ``names`` (the others at ``fixed``) → (parameters, cost)."""
+    x0 = np.array([fixed[n] for n in names])
+    lower = np.array([PARAMETERS[n][0] for n in names])
+    upper = np.array([PARAMETERS[n][1] for n in names])
+    x0 = np.clip(x0, lower + 1e-9 * (upper - lower), upper - 1e-9 * (upper - lower))
+    scale = np.maximum(np.abs(x0), 0.1 * (upper - lower) / 10)
+    sol = least_squares(_residuals, x0, bounds=(lower, upper), loss="soft_l1", f_scale=LOSS_SCALE, x_scale=scale,
+                        args=(names, fixed, rows, measured, catalogue), max_nfev=400)
+    return {**fixed, **dict(zip(names, sol.x))}, float(sol.cost)
+
+
+def p2p_candidates(rows: pd.DataFrame, catalogue: Catalogue) -> list[int]:
+    """Values of ``pcie_p2p_gpus`` to try: the rows' tensor-parallel degrees on a part without
+    a scale-up fabric (where it changes the prediction), else none."""
+    accelerator = catalogue.accelerators[rows["accelerator"].iloc[0]]
+    if accelerator.scaleup_domain_gpus > 1:
+        return []
+    return sorted({int(tp) for tp in rows["tp"]})
+
+
 def fit_group(rows: pd.DataFrame, start: ParameterSet, holdout: float = 0.2, seed: int = 0,
               catalogue: Catalogue | None = None) -> GroupFit:
     """Fit one (accelerator, engine, dtype) group of rows."""
@@ -110,19 +134,14 @@ def fit_group(rows: pd.DataFrame, start: ParameterSet, holdout: float = 0.2, see
     train_rows, train_y = rows[~test].reset_index(drop=True), measured[~test]
     names = informed(train_rows, catalogue)
     fixed = start.values()
-    x0 = np.array([fixed[n] for n in names])
-    lower = np.array([PARAMETERS[n][0] for n in names])
-    upper = np.array([PARAMETERS[n][1] for n in names])
-    x0 = np.clip(x0, lower + 1e-9 * (upper - lower), upper - 1e-9 * (upper - lower))
-    scale = np.maximum(np.abs(x0), 0.1 * (upper - lower) / 10)
-    sol = least_squares(_residuals, x0, bounds=(lower, upper), loss="soft_l1", f_scale=LOSS_SCALE, x_scale=scale,
-                        args=(names, fixed, train_rows, train_y, catalogue), max_nfev=400)
-    params = {**fixed, **dict(zip(names, sol.x))}
+    fits = [_least_squares(names, {**fixed, "pcie_p2p_gpus": p2p}, train_rows, train_y, catalogue)
+            for p2p in p2p_candidates(train_rows, catalogue) or [fixed["pcie_p2p_gpus"]]]
+    params, cost = min(fits, key=lambda fit: fit[1])
     serving = serving_with(params)
     key = rows.iloc[0]
     return GroupFit(key["accelerator"], key["engine"], key["weight_dtype"], params, names,
                     _scored(train_rows, train_y, serving, catalogue),
-                    _scored(rows[test].reset_index(drop=True), measured[test], serving, catalogue), float(sol.cost))
+                    _scored(rows[test].reset_index(drop=True), measured[test], serving, catalogue), cost)
 
 
 def _scored(rows: pd.DataFrame, measured: np.ndarray, serving, catalogue: Catalogue) -> pd.DataFrame:

@@ -37,6 +37,9 @@ PARAMETERS = {
     "layer_overhead_us": (0.0, 200.0, 0.0),
     "collective_latency_us": (0.0, 200.0, 15.0),
     "link_efficiency": (0.05, 1.0, 0.7),
+    "bulk_extra_latency_us": (0.0, 500.0, 0.0),
+    "small_link_share": (0.02, 1.0, 1.0),
+    "pcie_p2p_gpus": (1, 8, 8),
     "attention_factor": (0.25, 8.0, 1.0),
     "moe_load_factor": (1.0, 4.0, 1.0),
     "roofline_sharpness": (1.0, 50.0, 3.0),
@@ -65,8 +68,13 @@ class ParameterSet(BaseModel):
     step_overhead_ms       τ₀: fixed cost of one forward pass (scheduler, launches, sampling)
     layer_overhead_us      τ_L: fixed cost per layer of a pass (norms, activations, kernel
                            launches and synchronisation the roofline does not count)
-    collective_latency_us  α: latency of one tensor-parallel all-reduce
-    link_efficiency        achieved share of the scale-up (or NIC) bandwidth in collectives
+    collective_latency_us  α: latency of one collective in the low-latency protocol
+    link_efficiency        η: share of the scale-up (or NIC) bandwidth the bulk protocol reaches
+    bulk_extra_latency_us  Δα: extra latency of the bulk protocol
+    small_link_share       r: share of the bulk bandwidth the low-latency protocol reaches; a
+                           collective takes min(α + b/(r·B·η), α + Δα + b/(B·η))
+    pcie_p2p_gpus          GPUs that exchange data peer-to-peer under one PCIe switch (parts
+                           without a scale-up fabric; larger replicas go through the host)
     attention_factor       κ: attention FLOPs and KV reads cost κ × their roofline time
                            (attention kernels run below the GEMMs' efficiency)
     moe_load_factor        λ: the routed-expert part of MoE compute × λ (expert imbalance)
@@ -85,6 +93,9 @@ class ParameterSet(BaseModel):
     layer_overhead_us: float = Field(PARAMETERS["layer_overhead_us"][2], ge=0)
     collective_latency_us: float = Field(PARAMETERS["collective_latency_us"][2], ge=0)
     link_efficiency: float = Field(PARAMETERS["link_efficiency"][2], gt=0, le=1)
+    bulk_extra_latency_us: float = Field(PARAMETERS["bulk_extra_latency_us"][2], ge=0)
+    small_link_share: float = Field(PARAMETERS["small_link_share"][2], gt=0, le=1)
+    pcie_p2p_gpus: int = Field(PARAMETERS["pcie_p2p_gpus"][2], ge=1)
     attention_factor: float = Field(PARAMETERS["attention_factor"][2], gt=0)
     moe_load_factor: float = Field(PARAMETERS["moe_load_factor"][2], ge=1)
     roofline_sharpness: float = Field(PARAMETERS["roofline_sharpness"][2], ge=1)

@@ -10,6 +10,7 @@ import pandas as pd
 from optimizer.calibration.files import write_calibration
 from optimizer.calibration.fit import CalibrationResult, calibrate, residual_table
 from optimizer.calibration.model import check_ids, shipped_catalogue
+from optimizer.calibration.params import PARAMETERS
 from optimizer.calibration.tables import read_tables, table_digest
 
 
@@ -50,13 +51,8 @@ def text(summary: dict) -> str:
     """The parameters and the residual table, for a terminal."""
     lines = [f"calibration written to {summary['calibration_file']}", "", "fitted parameters:"]
     for p in summary["parameters"]:
-        lines.append(f"  {p['accelerator']}/{p['engine']}/{p['dtype']}: "
-                     f"prefill_mfu {p['prefill_mfu']:.3f}, prefill_half_tokens {p['prefill_half_tokens']:.0f}, "
-                     f"decode_mbu {p['decode_mbu']:.3f}, decode_mfu {p['decode_mfu']:.3f}, "
-                     f"step_overhead_ms {p['step_overhead_ms']:.2f}, layer_overhead_us {p['layer_overhead_us']:.1f}, "
-                     f"collective_latency_us {p['collective_latency_us']:.1f}, "
-                     f"link_efficiency {p['link_efficiency']:.2f}, attention_factor {p['attention_factor']:.2f}, "
-                     f"moe_load_factor {p['moe_load_factor']:.2f}, roofline_sharpness {p['roofline_sharpness']:.2f}")
+        values = ", ".join(f"{name} {p[name]:.4g}" for name in PARAMETERS)
+        lines.append(f"  {p['accelerator']}/{p['engine']}/{p['dtype']}: {values}")
     lines += ["", "residuals |predicted / measured − 1| per table and kind:",
               f"  {'split':8s} {'table':32s} {'kind':8s} {'points':>6s} {'median':>7s} {'p90':>7s} {'median pred/meas':>17s}"]
     for split, label in (("train", "fit"), ("holdout", "held-out")):

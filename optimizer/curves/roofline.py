@@ -92,30 +92,60 @@ def prefill_compute_s(replica: Replica, tokens, cached_tokens=0, prompts=1):
     return flops / (replica.gpus * replica.hw.dense_flops_per_s * prefill_efficiency(eff, prompts * (s - sc)))
 
 
+def host_routed(replica: Replica) -> bool:
+    """True when a replica's collectives pass through the host: a part without a scale-up
+    fabric (PCIe only) whose replica spans more GPUs than exchange data peer-to-peer under
+    one PCIe switch (``pcie_p2p_gpus``)."""
+    return replica.hw.scaleup_domain_gpus <= 1 and 1 < replica.gpus <= replica.hw.gpus_per_node \
+        and replica.gpus > replica.eff.pcie_p2p_gpus
+
+
+def collective_s(replica: Replica, per_gpu_bytes):
+    """One collective in which every GPU of the replica sends ``per_gpu_bytes`` bytes b.
+
+    Over a switched fabric (NVLink, Infinity Fabric, PCIe peer-to-peer) each GPU sends over
+    its own link of bandwidth B·η (`Replica.link_bytes_per_s`): latency a = α, bytes on the
+    busiest link v = b.  Through the host (`host_routed`) the p GPUs share one PCIe link and
+    a ring pays one latency per step: a = α·(p − 1), v = p·b.  The library picks the faster
+    of two protocols,
+
+        min(a + v / (r·B·η),  a + Δα + v / (B·η))
+
+    a low-latency one (a share r of the bulk bandwidth) for small messages and a bulk one
+    (Δα more latency) for large ones — why the mid-size messages of decode at large batches
+    cost more than one latency + bandwidth line through both ends gives.
+    """
+    b = np.asarray(per_gpu_bytes, dtype=float)
+    eff = replica.eff
+    bw = replica.link_bytes_per_s
+    latency, volume = eff.collective_latency_s, b
+    if host_routed(replica):
+        latency, volume = latency * (replica.gpus - 1), replica.gpus * b
+    return np.minimum(latency + volume / (eff.small_link_share * bw), latency + eff.bulk_extra_latency_s + volume / bw)
+
+
 def collective_time_s(replica: Replica, tokens):
     """Communication per forward pass of ``tokens`` tokens across the p GPUs of a replica.
 
-    Ring all-reduce of m bytes: α + 2(p−1)/p · m / bw.  Dense models do two per layer
-    (attention and MLP outputs) of m = tokens·hidden·β_act.  MoE models do one all-reduce
-    (attention) and an all-to-all dispatch + combine per layer, each GPU sending
-    tokens·k·hidden·β_act/p · (p−1)/p bytes each way.  bw is the scale-up link when the
-    replica fits the scale-up domain, else the scale-out NIC (`Replica.link_bytes_per_s`).
-    In decode the 2·L latency terms dominate — why achieved MBU falls as p grows.
+    Dense models do two ring all-reduces per layer (attention and MLP outputs) of
+    m = tokens·hidden·β_act bytes, each GPU sending 2(p−1)/p · m.  MoE models do one
+    all-reduce (attention) and an all-to-all dispatch + combine per layer, each GPU sending
+    tokens·k·hidden·β_act/p · (p−1)/p bytes each way.  B is the scale-up link when the
+    replica fits the scale-up domain, else the scale-out NIC (`Replica.link_bytes_per_s`);
+    the time of one collective is `collective_s`.  In decode the 2·L latency terms dominate
+    — why achieved MBU falls as p grows.
     """
     p = replica.gpus
     t = np.asarray(tokens, dtype=float)
     if p <= 1:
         return np.zeros_like(t)
     m = replica.model
-    bw = replica.link_bytes_per_s
-    alpha = replica.eff.collective_latency_s
     message = t * m.hidden * replica.activation_bytes_per_value
-    allreduce = alpha + 2.0 * (p - 1) / p * message / bw
+    allreduce = collective_s(replica, 2.0 * (p - 1) / p * message)
     if not m.is_moe:
         return 2.0 * m.layers * allreduce
     per_gpu = message * m.experts_per_token / p * (p - 1) / p
-    alltoall = 2.0 * (alpha + per_gpu / bw)
-    return m.layers * (allreduce + alltoall)
+    return m.layers * (allreduce + 2.0 * collective_s(replica, per_gpu))
 
 
 def prefill_time_s(replica: Replica, tokens, cached_tokens=0, prompts=1):
