@@ -16,6 +16,10 @@ for each (accelerator, engine, weight dtype, model, tensor-parallel degree) it c
 the points whose weights and KV do not fit, and writes the rows in the benchmark CSV format
 of `optimizer.calibration.tables` so that neither the tests nor the shipped defaults need
 the optional package. The grid is the one the shipped defaults were fitted on.
+
+`best_configuration` runs its end-to-end search (``aiconfigurator cli default``: aggregated
+and disaggregated configurations under TTFT and TPOT objectives) for one comparison case of
+`optimizer.calibration.goodput`.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ import argparse
 import contextlib
 import io
 import logging
+import subprocess
 import sys
+import tempfile
 from datetime import date
 from pathlib import Path
 
@@ -121,6 +127,35 @@ def export_rows(accelerators=tuple(SYSTEMS), engines=ENGINES, models=tuple(MODEL
                                                  context_tokens=context, latency_ms=round(ms, 4)))
                         print(f"{acc} {engine} {model} {dtype} tp{tp}: {len(rows)} rows so far", file=log)
     return pd.DataFrame(rows)
+
+
+def _describe(mode: str, row: pd.Series) -> str:
+    if mode == "agg":
+        return f"{row['parallel'].split('pp')[0]} (batch {row['bs']:g})"
+    return (f"prefill {row['(p)parallel'].split('pp')[0]} x{row['(p)workers']:g} + decode "
+            f"{row['(d)parallel'].split('pp')[0]} x{row['(d)workers']:g} (batch {row['(d)bs']:g})")
+
+
+def best_configuration(case, total_gpus: int = 64, engine: str = "trtllm") -> dict:
+    """AIConfigurator's best aggregated and disaggregated configurations of ``case`` (a
+    `optimizer.calibration.goodput.Case`) on ``total_gpus`` GPUs, by output tokens/s per GPU."""
+    args = ["cli", "default", "--model-path", MODELS[case.model], "--system", SYSTEMS[case.accelerator],
+            "--backend", engine, "--total-gpus", str(total_gpus), "--isl", str(case.isl), "--osl", str(case.osl),
+            "--ttft", f"{case.ttft_ms:g}", "--tpot", f"{case.itl_ms:g}", "--top-n", "1", "--log-level", "ERROR"]
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run([sys.executable, "-c", "import sys; from aiconfigurator.main import main; sys.exit(main())",
+                        *args, "--save-dir", out], check=True, capture_output=True, text=True)
+        best = {}
+        for mode in ("agg", "disagg"):
+            found = sorted(Path(out).glob(f"**/{mode}/best_config_topn.csv"))
+            if found:
+                row = pd.read_csv(found[0]).iloc[0]
+                best[mode] = {"tokens_per_s_per_gpu": float(row["tokens/s/gpu"]), "config": _describe(mode, row),
+                              "version": str(row.get("version", row.get("(d)version")))}
+    if not best:
+        raise RuntimeError(f"AIConfigurator found no configuration for {case.name}")
+    mode = max(best, key=lambda m: best[m]["tokens_per_s_per_gpu"])
+    return {"best_mode": mode, **best[mode], "by_mode": best}
 
 
 def main(argv=None) -> int:
