@@ -377,7 +377,7 @@ def cmd_calibrate(args) -> int:
 
     if not 0 <= args.holdout < 1:
         raise ScenarioError(f"expected a fraction in [0, 1), got {args.holdout}", field="--holdout")
-    context = {k: getattr(args, k) for k in ("model", "accelerator", "tp", "engine", "version", "weight_dtype",
+    context = {k: getattr(args, k) for k in ("model", "accelerator", "tp", "gpus", "engine", "version", "weight_dtype",
                                               "prompt_tokens", "output_tokens")}
     summary = run(args.tables, args.out, holdout=args.holdout, seed=args.seed, context=context, plot=args.plot)
     if args.json:
@@ -538,7 +538,7 @@ def build_parser() -> argparse.ArgumentParser:
     ca.add_argument("--json", action="store_true", help="parameters and per-kind errors as JSON")
     for flag in ("model", "accelerator", "engine", "version", "weight-dtype"):
         ca.add_argument(f"--{flag}", help=f"{flag} of JSON/MLPerf results that do not say it")
-    for flag in ("tp", "prompt-tokens", "output-tokens"):
+    for flag in ("tp", "gpus", "prompt-tokens", "output-tokens"):
         ca.add_argument(f"--{flag}", type=int, help=f"{flag} of JSON/MLPerf results that do not say it")
     ca.set_defaults(func=cmd_calibrate)
     return p

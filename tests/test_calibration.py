@@ -14,7 +14,7 @@ import pytest
 from optimizer.calibration.defaults import MLPERF, offline_tokens_per_gpu
 from optimizer.calibration.files import read_calibration, write_calibration
 from optimizer.calibration.fit import calibrate, fit_group
-from optimizer.calibration.model import predict_ms, serving_with, shipped_catalogue
+from optimizer.calibration.model import mean_running_batch, predict_ms, serving_with, shipped_catalogue
 from optimizer.calibration.params import Calibration, ParameterSet, shipped_calibration
 from optimizer.calibration.tables import COLUMNS, read_benchmark_csv, read_serving_json, read_table
 from optimizer.cli import main
@@ -191,3 +191,107 @@ def test_cli_calibrate_json_and_curves_use_the_file(tmp_path, capsys):
     shipped = Serving()
     r0 = make_replica(cat.models["llama-3.1-8b"], cat.accelerators["h100-sxm"], shipped, 1, "bf16", "bf16")
     assert r.eff != r0.eff
+
+
+# --------------------------------------------------------------------------- MLPerf logs
+
+MLPERF_LOG = Path(__file__).resolve().parent / "data" / "mlperf" / "mlperf_log_summary.txt"
+
+
+def test_mlperf_server_log_reads_as_one_e2e_row():
+    # a real excerpt (DGX-H100, Llama-2-70B Server, v4.1) with its sidecar context
+    row = read_table(MLPERF_LOG).iloc[0]
+    assert (row["kind"], row["model"], row["accelerator"], row["tp"], row["gpus"]) == \
+        ("e2e", "llama-3.1-70b", "h100-sxm", 2, 8)
+    assert row["throughput_tokens_per_s"] == 21605.79
+    assert row["ttft_p50_ms"] == pytest.approx(272.954995) and row["ttft_p99_ms"] == pytest.approx(461.278089)
+    assert row["itl_p50_ms"] == pytest.approx(156.419276) and row["itl_p99_ms"] == pytest.approx(175.354317)
+    # Little's law per replica: 8 GPUs as 4 replicas of TP 2 share the tokens/s
+    assert mean_running_batch(read_table(MLPERF_LOG))[0] == pytest.approx(21605.79 / 4 * 0.156419276)
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda t: t.replace("Scenario : Server", "Scenario : Offline").replace("time to output token", "x"),
+     "time to output token"),
+    (lambda t: t.replace("Result is : VALID", "Result is : INVALID"), "Result is"),
+])
+def test_mlperf_runs_without_latencies_or_invalid_are_refused(tmp_path, edit, field):
+    path = tmp_path / "mlperf_log_summary.txt"
+    path.write_text(edit(MLPERF_LOG.read_text()))
+    with pytest.raises(ScenarioError) as exc:
+        read_table(path, {"model": "llama-3.1-70b", "accelerator": "h100-sxm", "tp": 2, "prompt_tokens": 294,
+                          "output_tokens": 286})
+    assert exc.value.field == field and exc.value.origin.file == str(path)
+
+
+def test_gpus_must_be_whole_replicas(tmp_path):
+    path = tmp_path / "mlperf_log_summary.txt"
+    path.write_text(MLPERF_LOG.read_text())
+    with pytest.raises(ScenarioError) as exc:
+        read_table(path, {"model": "llama-3.1-70b", "accelerator": "h100-sxm", "tp": 4, "gpus": 6,
+                          "prompt_tokens": 294, "output_tokens": 286})
+    assert exc.value.field == "gpus"
+
+
+# --------------------------------------------------------------------------- every command uses the file
+
+TINY = Path(__file__).resolve().parent / "data" / "tiny.yaml"
+HALVED = ("prefill_mfu", "decode_mbu", "decode_mfu")
+
+
+@pytest.fixture(scope="module")
+def slow_calibration(tmp_path_factory):
+    """A calibration file for the tiny scenario's accelerators whose efficiencies are half
+    the shipped ones: a slower GPU in every respect the curves see."""
+    shipped = shipped_calibration()
+    entries = [shipped.lookup(gpu, "bf16").model_copy(update={
+        "accelerator": gpu, "engine": "*", "dtype": "*",
+        **{n: getattr(shipped.lookup(gpu, "bf16"), n) / 2 for n in HALVED}}) for gpu in ("h100-sxm", "l40s")]
+    path = tmp_path_factory.mktemp("cal") / "slow.yaml"
+    write_calibration(path, entries, [], {})
+    return path
+
+
+def test_budget_prefill_grows_with_a_slower_calibration(slow_calibration, capsys):
+    args = ["budget", "--metro", "chicago", "--site", "chicago", "--workload", "code-completion", "--gpu", "h100-sxm",
+            "--scenario", str(TINY), "--json"]
+    assert main(args) == 0
+    fast = json.loads(capsys.readouterr().out)
+    assert main(args + ["--calibration", str(slow_calibration)]) == 0
+    slow = json.loads(capsys.readouterr().out)
+    assert slow["prefill_ms"] > fast["prefill_ms"]  # half the efficiencies: a longer prefill
+    assert slow["queue_budget_ms"] < fast["queue_budget_ms"]  # and less time left for queueing
+
+
+def test_plan_verify_and_stress_use_the_recorded_calibration(slow_calibration, tmp_path, capsys):
+    import shutil
+
+    from optimizer.plan import make_plan, write_plan
+    from optimizer.verify import verify_plan
+
+    fast = make_plan(TINY, exact=True)
+    local = tmp_path / "slow.yaml"
+    shutil.copy(slow_calibration, local)
+    slow = write_plan(make_plan(TINY, [f"calibration={local}"], exact=True), tmp_path / "plan")
+    summary = json.loads((slow / "summary.json").read_text())
+    assert summary["total_cost_usd"] > fast.summary["total_cost_usd"]  # slower GPUs: more of them
+    assert summary["calibration"] == {"file": str(local.resolve()), "sha256": read_calibration(local)[1]}
+    recorded = json.loads((slow / "scenario.json").read_text())["calibration"]
+    assert recorded["entries"][0]["prefill_mfu"] == pytest.approx(read_calibration(local)[0][0].prefill_mfu)
+    local.unlink()  # the folder is self-contained
+    with_file = verify_plan(slow, requests=2000, seed=0)
+    assert with_file.summary["all_objectives_met"]
+    # the same pools simulated with the shipped (faster) parameters finish prompts sooner:
+    # verify took the slow ones from the folder, not from the defaults
+    shipped = tmp_path / "shipped"
+    shutil.copytree(slow, shipped)
+    data = json.loads((shipped / "scenario.json").read_text())
+    del data["calibration"]
+    (shipped / "scenario.json").write_text(json.dumps(data))
+    without = verify_plan(shipped, requests=2000, seed=0)
+    assert with_file.tables["by_pool"]["ttft_p50_ms"].sum() > without.tables["by_pool"]["ttft_p50_ms"].sum()
+    worst = {}
+    for folder in (slow, shipped):
+        assert main(["stress", str(folder), "--json"]) == 0
+        worst[folder] = json.loads(capsys.readouterr().out)["by_workload"][0]["ttft_p99_ms_worst"]
+    assert worst[slow] > worst[shipped]  # stress re-predicts with the recorded calibration too

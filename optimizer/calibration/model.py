@@ -7,9 +7,9 @@ What each kind of point predicts (tables: `optimizer.calibration.tables`):
 * prefill: `prefill_time_s` of one pass over ``batch`` prompts of ``prompt_tokens`` new
   tokens after ``context_tokens`` cached ones;
 * decode: `decode_step_time_s` at ``batch`` sequences of mean context ``context_tokens``;
-* e2e: the median inter-token latency, as `decode_step_time_s` at the run's mean running
-  batch b̄ = output tokens/s × ITL p50 (Little's law, at least 1) and context
-  prompt + output / 2.
+* e2e: the median inter-token latency, as `decode_step_time_s` at a replica's mean running
+  batch b̄ = output tokens/s ÷ replicas × ITL p50 (Little's law, at least 1; replicas =
+  gpus / (tp × pp)) and context prompt + output / 2.
 """
 
 from __future__ import annotations
@@ -57,8 +57,10 @@ def check_ids(table: pd.DataFrame, catalogue: Catalogue) -> None:
 
 
 def mean_running_batch(table: pd.DataFrame) -> np.ndarray:
-    """e2e rows: b̄ = output tokens/s × ITL p50 (s), at least 1."""
-    return np.maximum(table["throughput_tokens_per_s"].to_numpy(float) * table["itl_p50_ms"].to_numpy(float) / 1e3, 1.0)
+    """e2e rows: b̄ = output tokens/s ÷ replicas × ITL p50 (s), at least 1."""
+    replicas = table["gpus"].to_numpy(float) / (table["tp"].to_numpy(float) * table["pp"].to_numpy(float))
+    per_replica = table["throughput_tokens_per_s"].to_numpy(float) / replicas
+    return np.maximum(per_replica * table["itl_p50_ms"].to_numpy(float) / 1e3, 1.0)
 
 
 def measured_ms(table: pd.DataFrame) -> np.ndarray:

@@ -26,6 +26,8 @@ engine, version    no        serving engine (``trtllm``, ``vllm``, ``sglang``…
 weight_dtype       no        ``bf16`` (default) | ``fp8``
 kv_dtype           no        default: the weight dtype
 ep, pp             no        expert / pipeline parallel degree (default 1)
+gpus               no        e2e: GPUs the throughput was measured on, a whole number of
+                             replicas of tp × pp GPUs (default: one replica)
 request_rate       no        e2e: offered requests/s (``inf`` for a closed loop)
 ttft_p50_ms, ttft_p99_ms, itl_p50_ms, itl_p99_ms          e2e latencies
 throughput_tokens_per_s  e2e output tokens/s of the run
@@ -71,10 +73,10 @@ KINDS = ("prefill", "decode", "e2e")
 DTYPES = ("bf16", "fp8")
 REQUIRED = ("kind", "model", "accelerator", "tp", "batch")
 TEXT = ("kind", "model", "accelerator", "engine", "version", "weight_dtype", "kv_dtype", "source", "as_of")
-NUMBERS = ("tp", "ep", "pp", "batch", "prompt_tokens", "context_tokens", "output_tokens", "latency_ms",
+NUMBERS = ("tp", "ep", "pp", "gpus", "batch", "prompt_tokens", "context_tokens", "output_tokens", "latency_ms",
            "request_rate", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "throughput_tokens_per_s")
 COLUMNS = REQUIRED + tuple(c for c in TEXT + NUMBERS if c not in REQUIRED)
-CONTEXT_KEYS = ("model", "accelerator", "tp", "engine", "version", "weight_dtype", "kv_dtype", "ep", "pp",
+CONTEXT_KEYS = ("model", "accelerator", "tp", "engine", "version", "weight_dtype", "kv_dtype", "ep", "pp", "gpus",
                 "prompt_tokens", "output_tokens", "source", "as_of")
 
 
@@ -126,6 +128,12 @@ def check_row(values: dict, file: str, row: int) -> dict:
             out[name] = 1.0
         if out[name] < 1 or out[name] != int(out[name]):
             raise _error(f"expected a whole number of GPUs ≥ 1, got {out[name]:g}", file, row, name)
+    replica = out["tp"] * out["pp"]
+    if math.isnan(out["gpus"]):
+        out["gpus"] = replica
+    if out["gpus"] < replica or out["gpus"] % replica:
+        raise _error(f"expected a whole number of replicas of tp × pp = {replica:g} GPUs, got {out['gpus']:g}", file,
+                     row, "gpus")
     kind = out["kind"]
     if kind != "e2e":
         _positive(out["batch"], file, row, "batch", "the batch")
@@ -243,7 +251,8 @@ def read_serving_json(path: str | Path, context: dict | None = None) -> pd.DataF
                 raise _error(f"missing '{key}'; is this a serving-benchmark result?", str(path), line, key)
         engine = ctx.get("engine") or str(_get(rec, "backend") or "any").split("-")[0]
         values = {
-            **{k: ctx.get(k) for k in ("model", "accelerator", "tp", "ep", "pp", "version", "weight_dtype", "kv_dtype")},
+            **{k: ctx.get(k) for k in ("model", "accelerator", "tp", "ep", "pp", "gpus", "version", "weight_dtype",
+                                       "kv_dtype")},
             "kind": "e2e", "engine": engine,
             "batch": _get(rec, "max_concurrency"),
             "prompt_tokens": rec["total_input_tokens"] / completed,
@@ -291,8 +300,8 @@ def read_mlperf_summary(path: str | Path, context: dict | None = None) -> pd.Dat
                      "a fit needs", str(path), None, "time to output token")
     ns = 1e-6
     values = {
-        **{k: ctx.get(k) for k in ("model", "accelerator", "tp", "ep", "pp", "version", "weight_dtype", "kv_dtype",
-                                   "prompt_tokens", "output_tokens")},
+        **{k: ctx.get(k) for k in ("model", "accelerator", "tp", "ep", "pp", "gpus", "version", "weight_dtype",
+                                   "kv_dtype", "prompt_tokens", "output_tokens")},
         "kind": "e2e", "engine": ctx.get("engine") or "any", "batch": None, "request_rate": None,
         "ttft_p50_ms": float(found["ttft_p50"]) * ns if found["ttft_p50"] else None,
         "ttft_p99_ms": float(found["ttft_p99"]) * ns if found["ttft_p99"] else None,
