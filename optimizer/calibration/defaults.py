@@ -40,14 +40,32 @@ MLPERF_SOURCE = ("MLPerf Inference v4.1 closed Llama-2-70B Offline (mlcommons/in
 SCALED = ("prefill_mfu", "decode_mfu")  # Offline saturation is compute-bound: it informs these only
 
 
+def offline_tokens_per_s(replica, isl: int, osl: int) -> tuple[float, int]:
+    """Offline (saturated) output tokens/s per GPU of one replica, and its batch: the largest
+    batch the KV budget holds with prompt + output reserved per sequence, decode at the mean
+    context, prefill charged per output token with prompts packed into passes of ~8k tokens:
+
+        tokens/s per GPU = 1 / (step(b)/b + prefill(prompts)/prompts/osl) / p
+    """
+    from optimizer.curves.memory import max_concurrency
+    from optimizer.curves.roofline import decode_step_time_s, prefill_time_s
+
+    b = int(max_concurrency(replica, isl + osl))
+    if b < 1:
+        return 0.0, 0
+    prompts = max(1, 8192 // isl)
+    prefill_s = float(prefill_time_s(replica, isl, 0, prompts)) / prompts
+    step_s = float(decode_step_time_s(replica, b, isl + osl / 2))
+    return 1.0 / (step_s / b + prefill_s / osl) / replica.gpus, b
+
+
 def offline_tokens_per_gpu(entry: ParameterSet, accelerator: str, isl: int = 294, osl: int = 286) -> float:
     """Modelled MLPerf Offline output tokens/s per GPU of Llama-3.1-70B (Llama-2-70B's shape)
-    at fp8 on ``accelerator`` with ``entry``'s parameters: the largest batch the KV budget
-    holds, prefill charged per output token, best TP ≤ 8."""
+    at fp8 on ``accelerator`` with ``entry``'s parameters (`offline_tokens_per_s`), best
+    TP ≤ 8."""
     from optimizer.calibration.model import shipped_catalogue
     from optimizer.configs import make_replica, parallel_degrees
-    from optimizer.curves.memory import kv_budget_bytes, max_concurrency
-    from optimizer.curves.roofline import decode_step_time_s, prefill_time_s
+    from optimizer.curves.memory import kv_budget_bytes
     from optimizer.scenario import Serving
 
     cat = shipped_catalogue()
@@ -58,13 +76,7 @@ def offline_tokens_per_gpu(entry: ParameterSet, accelerator: str, isl: int = 294
         r = make_replica(m, a, serving, p, "fp8", "fp8")
         if r is None or kv_budget_bytes(r) <= 0 or p > 8:
             continue
-        b = int(max_concurrency(r, isl + osl))
-        if b < 1:
-            continue
-        prompts = max(1, 8192 // isl)  # offline prefill packs prompts into passes of ~8k tokens
-        prefill_s = float(prefill_time_s(r, isl, 0, prompts)) / prompts
-        step_s = float(decode_step_time_s(r, b, isl + osl / 2))
-        best = max(best, 1.0 / (step_s / b + prefill_s / osl) / p)
+        best = max(best, offline_tokens_per_s(r, isl, osl)[0])
     return best
 
 
