@@ -11,7 +11,7 @@ framework benchmarks, status S, shown but not counted). "held out" rows are the 
 shipped fit did not see (the same seeded 20 % split as `python -m
 optimizer.calibration.defaults`). Ratio = predicted / measured latency (for a throughput
 point: time per token, published / modelled tokens/s); "in band" = within 0.8–1.25×. Runs in
-about a minute.
+a few seconds.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def text(summary: dict) -> str:
     """The parameters and the residual table, for a terminal."""
     lines = [f"calibration written to {summary['calibration_file']}", "", "fitted parameters:"]
     for p in summary["parameters"]:
-        values = ", ".join(f"{name} {p[name]:.4g}" for name in PARAMETERS)
+        values = ", ".join(f"{name} {p[name] if abs(p[name]) >= 1e-6 else 0:.4g}" for name in PARAMETERS)
         lines.append(f"  {p['accelerator']}/{p['engine']}/{p['dtype']}: {values}")
     lines += ["", "residuals |predicted / measured − 1| per table and kind:",
               f"  {'split':8s} {'table':32s} {'kind':8s} {'points':>6s} {'median':>7s} {'p90':>7s} {'median pred/meas':>17s}"]
