@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from optimizer.calibration.fit import FIT_KEY, split_holdout  # noqa: E402
 from optimizer.calibration.model import measured_ms, predict_ms  # noqa: E402
-from optimizer.calibration.params import Calibration, shipped_calibration  # noqa: E402
+from optimizer.calibration.params import Calibration  # noqa: E402
 from optimizer.calibration.tables import read_table  # noqa: E402
 from optimizer.scenario import Serving  # noqa: E402
 from curves_vs_published import ratios as published_ratios  # noqa: E402  (this folder)

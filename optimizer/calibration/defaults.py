@@ -26,7 +26,6 @@ from __future__ import annotations
 import csv
 import os
 import tempfile
-from pathlib import Path
 
 from optimizer.calibration.fit import calibrate
 from optimizer.calibration.params import KINDS, PARAMETERS, SHIPPED_FILE, Calibration, ParameterSet
