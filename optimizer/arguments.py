@@ -87,6 +87,8 @@ REQUESTS = number(1, 10_000_000, integer=True, what="a number of requests")
 BATCH_TOKENS = number(0, 1_000_000, integer=True, what="a number of tokens (0: off)")
 NOISE_SIGMA = number(0, 2, what="a log-normal σ")
 JITTER_GAPS = number(0, 1e6, what="a number of mean gaps")
+HOLDOUT = number(0, 0.95, what="a share of the points")
+COUNT = number(1, 10_000_000, integer=True, what="a whole number")
 
 
 class Parser(argparse.ArgumentParser):
@@ -123,6 +125,7 @@ def curves(c) -> None:
     c.add_argument("--kv-dtype", choices=["bf16", "fp8"], help="KV precision (default: as weights)")
     c.add_argument("--scenario", help="take catalogue and serving settings from this scenario (default: reference)")
     c.add_argument("--plot", help="PNG of tokens/s and step time vs batch, knee marked")
+    calibration_flag(c)
     json_flag(c)
 
 
@@ -135,6 +138,7 @@ def budget(b) -> None:
         b.add_argument(f"--{name}", required=True)
     b.add_argument("--gpu", help="accelerator for prefill and decode (default: the best the site offers)")
     b.add_argument("--scenario")
+    calibration_flag(b)
     json_flag(b)
 
 
@@ -165,6 +169,7 @@ def plan(pl) -> None:
     pl.add_argument("--from-plan", metavar="DIR", help="plan again exactly what a plan folder records")
     pl.add_argument("--no-report", action="store_true", help="do not write report.html")
     pl.add_argument("--robust", action="store_true", help="plan with the scenario's robust margins; report the price of robustness")
+    calibration_flag(pl)
     json_flag(pl)
     pl.add_argument("--quiet", action="store_true", help="no progress lines")
 
@@ -264,3 +269,21 @@ def demand(dm) -> None:
 
 def nothing(p) -> None:
     """A command without arguments."""
+
+
+def calibration_flag(p) -> None:
+    p.add_argument("--calibration", metavar="FILE", help="calibration file (fleetplan calibrate) to use")
+
+
+def calibrate(ca) -> None:
+    ca.add_argument("tables", nargs="+", metavar="TABLE",
+                    help="benchmark CSV, vLLM/SGLang serving-benchmark JSON, or mlperf_log_summary.txt")
+    ca.add_argument("--out", required=True, help="calibration file to write (.yaml/.yml: YAML, else JSON)")
+    ca.add_argument("--holdout", type=HOLDOUT, default=0.2, help="share of each kind's points held out (default 0.2)")
+    ca.add_argument("--seed", type=SEED, default=0, help="seed of the held-out split")
+    ca.add_argument("--plot", metavar="PNG", help="predicted-vs-measured plot")
+    json_flag(ca)
+    for flag in ("model", "accelerator", "engine", "version", "weight-dtype"):
+        ca.add_argument(f"--{flag}", help=f"{flag} of JSON/MLPerf results that do not say it")
+    for flag in ("tp", "gpus", "prompt-tokens", "output-tokens"):
+        ca.add_argument(f"--{flag}", type=COUNT, help=f"{flag} of JSON/MLPerf results that do not say it")

@@ -71,7 +71,7 @@ def cmd_curves(args) -> int:
     from optimizer.operating import operating_table
     from optimizer.scenario import load_scenario
 
-    s, _ = load_scenario(args.scenario)
+    s, _ = load_scenario(args.scenario, _calibration_override(args))
     for kind, value, table in (("model", args.model, s.models), ("accelerator", args.gpu, s.accelerators)):
         if value not in table:
             raise ScenarioError(unknown_id_message(kind, value, table), field=f"--{'model' if kind == 'model' else 'gpu'}")
@@ -168,7 +168,7 @@ def cmd_budget(args) -> int:
     from optimizer.network import build_graph, rtt_matrix
     from optimizer.scenario import load_scenario
 
-    s, raw = load_scenario(args.scenario)
+    s, raw = load_scenario(args.scenario, _calibration_override(args))
     for kind, value, table in (("metro", args.metro, s.metros), ("site", args.site, s.sites),
                                ("workload", args.workload, s.workloads)):
         if value not in table:
@@ -257,7 +257,7 @@ def cmd_plan(args) -> int:
 
         plan = replan(args.from_plan, progress=progress, allow_unserved=args.allow_unserved)
     else:
-        plan = make_plan(args.scenario, args.set or [], time_limit_s=args.time_limit, mip_gap=args.mip_gap,
+        plan = make_plan(args.scenario, (args.set or []) + _calibration_override(args), time_limit_s=args.time_limit, mip_gap=args.mip_gap,
                          threads=args.threads, exact=args.exact, allow_unserved=args.allow_unserved,
                          robust=args.robust, backend=args.backend, progress=progress)
     out = write_plan(plan, args.out, inputs=plan.inputs, extras=() if args.no_report else (write_report,))
@@ -557,6 +557,26 @@ def cmd_operate(args) -> int:
               f"short of GPUs {sm['hours_short_of_gpus']}, over power {sm['hours_over_power']}")
         print(f"written: {Path(args.plan_dir) / 'operations.csv'}")
     return 0 if ok else 7
+
+
+def _calibration_override(args) -> list[str]:
+    """``--calibration FILE`` is the override ``calibration=FILE`` (the file's content replaces
+    the one the scenario names)."""
+    return [f"calibration={args.calibration}"] if getattr(args, "calibration", None) else []
+
+
+@command("calibrate", "fit the serving parameters to measured tables; write a calibration file", flags.calibrate)
+def cmd_calibrate(args) -> int:
+    from optimizer.calibration.report import run, text
+
+    context = {k: getattr(args, k) for k in ("model", "accelerator", "tp", "gpus", "engine", "version", "weight_dtype",
+                                              "prompt_tokens", "output_tokens")}
+    summary = run(args.tables, args.out, holdout=args.holdout, seed=args.seed, context=context, plot=args.plot)
+    if args.json:
+        _print_json({k: summary[k] for k in ("calibration_file", "parameters", "fit", "holdout")})
+    else:
+        print(text(summary))
+    return 0
 
 
 @command("scenarios", "list the shipped example scenarios", flags.nothing)

@@ -79,17 +79,39 @@ def hardware(a: Accelerator, dtype: str) -> Hardware | None:
     )
 
 
-def efficiency(s: Serving) -> Efficiency:
+FRACTIONS = ("prefill_mfu", "decode_mbu", "decode_mfu", "link_efficiency", "small_link_share")
+
+
+def efficiency(s: Serving, accelerator: str = "*", dtype: str = "bf16") -> Efficiency:
+    """The parameters a replica of ``accelerator`` at weight ``dtype`` runs with: the
+    scenario's value where set, else the calibration's (file, then shipped; see
+    `optimizer.calibration.params.Calibration.lookup`) × ``serving.calibration_scale``
+    (fractions capped at 1)."""
+    calibrated = s.calibration.lookup(accelerator, dtype, s.engine).values()
+    v = {}
+    for name, value in calibrated.items():
+        override = getattr(s, name)
+        v[name] = override if override is not None else value * s.calibration_scale.get(name, 1.0)
+        if name in FRACTIONS:
+            v[name] = min(v[name], 1.0)
     return Efficiency(
-        prefill_mfu=s.prefill_mfu,
-        decode_mbu=s.decode_mbu,
-        decode_mfu=s.decode_mfu,
-        step_overhead_s=s.step_overhead_ms / 1e3,
+        prefill_mfu=v["prefill_mfu"],
+        prefill_half_tokens=v["prefill_half_tokens"],
+        decode_mbu=v["decode_mbu"],
+        decode_mfu=v["decode_mfu"],
+        step_overhead_s=v["step_overhead_ms"] / 1e3,
+        layer_overhead_s=v["layer_overhead_us"] / 1e6,
         usable_hbm_fraction=s.usable_hbm_fraction,
         workspace_bytes_per_gpu=s.workspace_gb_per_gpu * 1e9,
-        collective_latency_s=s.collective_latency_us / 1e6,
-        link_efficiency=s.link_efficiency,
-        roofline_sharpness=s.roofline_sharpness,
+        collective_latency_s=v["collective_latency_us"] / 1e6,
+        link_efficiency=v["link_efficiency"],
+        bulk_extra_latency_s=v["bulk_extra_latency_us"] / 1e6,
+        small_link_share=v["small_link_share"],
+        pcie_p2p_gpus=int(v["pcie_p2p_gpus"]),
+        nic_efficiency=s.nic_efficiency,
+        roofline_sharpness=v["roofline_sharpness"],
+        attention_factor=v["attention_factor"],
+        moe_load_factor=v["moe_load_factor"],
     )
 
 
@@ -116,7 +138,7 @@ def make_replica(m: Model, a: Accelerator, s: Serving, gpus: int, weight_dtype: 
     if hw is None:
         return None
     return Replica(
-        model_shape(m), hw, efficiency(s), gpus,
+        model_shape(m), hw, efficiency(s, a.id, weight_dtype), gpus,
         weight_bytes_per_param=BYTES_PER_VALUE[weight_dtype],
         kv_bytes_per_value=BYTES_PER_VALUE[kv_dtype],
     )
@@ -164,7 +186,7 @@ def _base(w: Workload, a: Accelerator, r: Replica, role: str, tag: str, s: Servi
         gpu=a.id,
         gpus=r.gpus,
         role=role,
-        nic_bytes_per_s=replica_nic_bytes_per_s(r.gpus, r.hw.nic_bytes_per_s, s.link_efficiency),
+        nic_bytes_per_s=replica_nic_bytes_per_s(r.gpus, r.hw.nic_bytes_per_s, r.eff.nic_efficiency),
         kv_budget_gb=kv_budget_bytes(r) / 1e9,
         weights_gb_per_gpu=r.weight_bytes / r.gpus / 1e9,
     )

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from optimizer.calibration.params import PARAMETERS, entry_from_row
 from optimizer.scenario import DATA_DIR, TABLES, Accelerator, Model, load_scenario
 from optimizer.sources import read_csv
 
-TODAY = date(2026, 12, 2)
+TODAY = date.today()
 CSV_FILES = sorted(p.name for p in DATA_DIR.glob("*.csv"))
 
 
@@ -31,8 +32,20 @@ def everything(tmp_path_factory):
 
 
 def test_the_catalogue_files_are_known():
-    known = {spec.file for spec in TABLES.values()} | {"diurnal.csv", "latency_reference.csv", "token_prices.csv"}
+    known = {spec.file for spec in TABLES.values()} | {"diurnal.csv", "latency_reference.csv", "token_prices.csv",
+                                                        "serving_calibration.csv"}
     assert set(CSV_FILES) == known
+
+
+def test_every_serving_calibration_row_validates_within_the_fit_bounds():
+    # the shipped defaults are read by every plan: one row per key, a catch-all, every
+    # parameter inside the bounds a fit keeps to
+    entries = [entry_from_row({k: v for k, v in row.items() if v != ""}) for row in csv_rows("serving_calibration.csv")]
+    keys = [e.key for e in entries]
+    assert len(set(keys)) == len(keys) and "*/*/*" in keys
+    for e in entries:
+        for name, (lower, upper, _) in PARAMETERS.items():
+            assert lower <= getattr(e, name) <= upper, (e.key, name)
 
 
 @pytest.mark.parametrize("table", sorted(TABLES))

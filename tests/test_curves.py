@@ -18,6 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from optimizer.calibration.params import Calibration
+
 from optimizer.configs import (
     BYTES_PER_VALUE,
     hardware,
@@ -56,6 +58,8 @@ from optimizer.curves.roofline import (
     decode_floor_s,
     decode_step_time_s,
     mixed_step_time_s,
+    prefill_compute_s,
+    prefill_efficiency,
     prefill_flops,
     prefill_time_s,
     smooth_max,
@@ -64,6 +68,10 @@ from optimizer.curves.roofline import (
 from optimizer.curves.shapes import Efficiency, Hardware, ModelShape, Replica
 from optimizer.curves.transfer import kv_transfer_time_s, replica_nic_bytes_per_s
 from optimizer.scenario import Serving, Workload, load_scenario
+
+# the pre-calibration global values (no calibration entry applies): the hand-computed
+# values below check the formulas, not the shipped defaults
+NEUTRAL = Calibration()
 
 GIB = 2**30  # vendors' HBM "GB" are binary (see optimizer.configs.hardware)
 
@@ -87,7 +95,7 @@ def catalogue():
 
 
 def replica(cat, model: str, gpu: str, p: int, dtype: str = "bf16", kv_dtype: str | None = None, **serving):
-    s = Serving(**serving)
+    s = Serving(calibration=NEUTRAL, **serving)
     r = make_replica(cat.models[model], cat.accelerators[gpu], s, p, dtype, kv_dtype or dtype)
     assert r is not None
     return r
@@ -152,7 +160,7 @@ def test_kv_bytes_per_token_of_shipped_models(catalogue, model):
     assert kv_bytes_per_token(model_shape(row), BYTES_PER_VALUE["fp8"]) == expected / 2
     assert workload_kv_bytes_per_token(probe_workload(model, "bf16"), row) == expected
     assert workload_kv_bytes_per_token(probe_workload(model, "fp8"), row) == expected / 2
-    r = make_replica(row, catalogue.accelerators["h200-sxm"], Serving(), 1, "fp8", "fp8")
+    r = make_replica(row, catalogue.accelerators["h200-sxm"], Serving(calibration=NEUTRAL), 1, "fp8", "fp8")
     assert r.kv_bytes_per_token == expected / 2
 
 
@@ -170,7 +178,7 @@ def test_kv_replication_when_tp_exceeds_kv_heads():
 
 
 def test_serving_defaults_used_below():
-    s = Serving()
+    s = Serving(calibration=NEUTRAL)
     assert (s.usable_hbm_fraction, s.workspace_gb_per_gpu) == (0.90, 2.0)
 
 
@@ -197,7 +205,7 @@ def test_llama70b_bf16_needs_two_h100(catalogue):
 def test_cli_table_offers_tp2_for_llama70b_bf16(catalogue):
     from optimizer.operating import operating_table
 
-    out = operating_table(catalogue.models["llama-3.1-70b"], catalogue.accelerators["h100-sxm"], Serving(),
+    out = operating_table(catalogue.models["llama-3.1-70b"], catalogue.accelerators["h100-sxm"], Serving(calibration=NEUTRAL),
                           isl=2000, osl=500, itl_ms=50, usd_per_gpu_hour=4.0)
     assert [row["tp"] for row in out["configs"]] == [2, 4, 8]
     assert out["kv_bytes_per_token"] == 327_680
@@ -284,7 +292,7 @@ def test_decode_step_floor_and_monotonicity(model, gpu, p, dtype, batch, context
                                             sharpness):
     cat = all_catalogue()
     acc, m = cat.accelerators[gpu], cat.models[model]
-    r = make_replica(m, acc, Serving(), p, dtype, dtype)
+    r = make_replica(m, acc, Serving(calibration=NEUTRAL), p, dtype, dtype)
     if r is None:  # no FP8 on A100
         assert dtype == "fp8" and acc.fp8_dense_tflops is None
         return
@@ -356,7 +364,7 @@ def test_collective_time_moe_and_scale_out(catalogue):
 
 def test_l40s_uses_pcie_within_the_node(catalogue):
     acc = catalogue.accelerators["l40s"]
-    assert parallel_degrees(catalogue.models["llama-3.1-70b"], acc, Serving()) == [1, 2, 4, 8]
+    assert parallel_degrees(catalogue.models["llama-3.1-70b"], acc, Serving(calibration=NEUTRAL)) == [1, 2, 4, 8]
     r = replica(catalogue, "llama-3.1-70b", "l40s", 4, "fp8")
     assert r.link_bytes_per_s == pytest.approx(64e9 / 2 * 0.7)
 
@@ -402,7 +410,7 @@ def test_prefill_is_compute_bound_for_long_prompts(catalogue):
 def test_prefill_short_prompt_is_weight_read_bound(catalogue):
     r = replica(catalogue, "llama-3.1-8b", "h100-sxm", 1)
     memory = 8.03e9 * 2 / (3.35e12 * 0.75)
-    assert float(prefill_time_s(r, 1)) == pytest.approx(memory, rel=0.01)
+    assert float(prefill_time_s(r, 1)) == pytest.approx(1.5e-3 + memory, rel=0.01)  # + τ₀ of the pass
 
 
 def test_cached_tokens_reduce_prefill(catalogue):
@@ -422,8 +430,31 @@ def test_prefill_with_tp_adds_comms(catalogue):
     compute = (2 * 70.554e9 * s + 80 * 64 * 256 * s * s) / (4 * 989.4e12 * 0.45)
     memory = 70.554e9 * 2 / (4 * 3.35e12 * 0.75)
     comms = 2 * 80 * (15e-6 + 1.5 * s * 8192 * 2 / (450e9 * 0.7))
-    expected = (compute**3 + memory**3) ** (1 / 3) + comms
+    expected = 1.5e-3 + (compute**3 + memory**3) ** (1 / 3) + comms  # τ₀ + smax + comms
     assert float(prefill_time_s(r, s)) == pytest.approx(expected, rel=1e-12)
+
+
+def test_prefill_efficiency_rises_with_tokens_in_the_pass():
+    # η(s) = η_max·s/(s + s½): half of η_max at s½, → η_max for long passes; a pass of 4
+    # prompts of 512 runs at η(2048), not η(512)
+    eff = plain_eff(prefill_mfu=0.8, prefill_half_tokens=512.0)
+    assert float(prefill_efficiency(eff, 512)) == pytest.approx(0.4)
+    assert float(prefill_efficiency(eff, 1536)) == pytest.approx(0.6)
+    r = Replica(llama70_shape(), h100_hw(), eff, gpus=1)
+    one = float(prefill_compute_s(r, 512))
+    four = float(prefill_compute_s(r, 512, prompts=4))
+    flops = 2 * 70.554e9 * 512 + 80 * 64 * 256 * 512**2
+    assert one == pytest.approx(flops / (989.4e12 * 0.4), rel=1e-12)
+    assert four == pytest.approx(4 * flops / (989.4e12 * 0.8 * 2048 / 2560), rel=1e-12)
+
+
+def test_layer_overhead_and_attention_factor_enter_a_decode_step():
+    # τ₀ + L·τ_L + κ-weighted KV read: hand-computed for Llama-3.1-70B on one H100
+    eff = plain_eff(step_overhead_s=1e-3, layer_overhead_s=20e-6, attention_factor=2.0)
+    r = Replica(llama70_shape(), h100_hw(), eff, gpus=1)
+    kv = 2 * 80 * 8 * 128 * 2
+    memory = (70.554e9 * 2 + 2.0 * 8 * 1000 * kv) / 3.35e12
+    assert float(decode_step_time_s(r, 8, 1000)) == pytest.approx(1e-3 + 80 * 20e-6 + memory, rel=1e-9)
 
 
 # --------------------------------------------------------------------------- colocated iteration
@@ -592,6 +623,6 @@ def test_hbm_bytes_match_what_the_driver_reports(catalogue, gpu, reported_mib):
 
 
 def test_moe_parallel_degrees_span_nodes(catalogue):
-    s = Serving()
+    s = Serving(calibration=NEUTRAL)
     assert parallel_degrees(catalogue.models["deepseek-v3"], catalogue.accelerators["h100-sxm"], s) == [1, 2, 4, 8, 16]
     assert parallel_degrees(catalogue.models["llama-3.1-70b"], catalogue.accelerators["h100-sxm"], s) == [1, 2, 4, 8]

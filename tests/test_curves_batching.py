@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
+from optimizer.calibration.params import Calibration
+
 from optimizer.configs import make_replica
 from optimizer.curves.batching import (
     batching_knee,
@@ -35,6 +37,10 @@ from optimizer.curves.speculative import (
 )
 from optimizer.scenario import Serving, load_scenario
 
+# the pre-calibration global values (no calibration entry applies): the hand-computed
+# values below check the formulas, not the shipped defaults
+NEUTRAL = Calibration()
+
 
 @functools.lru_cache(maxsize=1)
 def all_catalogue():
@@ -47,7 +53,7 @@ def all_catalogue():
 
 def replica(model, gpu, p, dtype="bf16"):
     cat = all_catalogue()
-    return make_replica(cat.models[model], cat.accelerators[gpu], Serving(), p, dtype, dtype)
+    return make_replica(cat.models[model], cat.accelerators[gpu], Serving(calibration=NEUTRAL), p, dtype, dtype)
 
 
 # --------------------------------------------------------------------------- operating batch

@@ -3,7 +3,13 @@
 
 Symbols: N params (N_a active), L layers, n_h query heads, (d_qk, d_v) attention dims per
 head, kv bytes per token, β_w bytes per weight, p GPUs per replica, F dense FLOP/s,
-B HBM bytes/s, η_c / η_m compute / memory efficiencies, τ₀ per-step overhead.
+B HBM bytes/s, η_c / η_m compute / memory efficiencies, τ₀ per-pass overhead, κ the
+attention cost factor, λ the MoE expert-load factor (parameters: `Efficiency`,
+`optimizer.calibration.params`).
+
+Prefill efficiency depends on the tokens s in one forward pass (small GEMMs are
+inefficient): η(s) = η_max · s / (s + s½). The per-pass overhead τ₀ applies to prefill passes
+as to decode steps.
 
 Where memory and compute times are comparable (near the ridge point) kernels overlap them
 imperfectly, so the two are combined with a smooth maximum
@@ -21,6 +27,12 @@ from optimizer.curves.memory import kv_replication
 from optimizer.curves.shapes import ModelShape, Replica
 
 
+def pass_overhead_s(replica: Replica) -> float:
+    """Fixed cost of one forward pass: τ₀ + L·τ_L (per-layer kernels and synchronisation the
+    roofline does not see; τ_L = ``layer_overhead_s``)."""
+    return replica.eff.step_overhead_s + replica.model.layers * replica.eff.layer_overhead_s
+
+
 def smooth_max(a, b, sharpness: float):
     """(a^q + b^q)^(1/q); the pure maximum when q is infinite."""
     a = np.asarray(a, dtype=float)
@@ -31,59 +43,123 @@ def smooth_max(a, b, sharpness: float):
     return top * ((a / top) ** sharpness + (b / top) ** sharpness) ** (1.0 / sharpness)
 
 
+def attention_flops(model: ModelShape, tokens, cached_tokens=0):
+    """Causal attention of the new queries over all keys: L·n_h·(d_qk + d_v)·(s² − s_c²)
+    (each query–key pair costs 2·d_qk for the score and 2·d_v for the value product, halved
+    by causality)."""
+    s = np.asarray(tokens, dtype=float)
+    sc = np.minimum(np.asarray(cached_tokens, dtype=float), s)
+    d_qk, d_v = model.attention_dims
+    return model.layers * model.heads * (d_qk + d_v) * (s * s - sc * sc)
+
+
+def linear_flops(model: ModelShape, tokens, moe_load_factor: float = 1.0):
+    """2·N_a·t for t tokens; in a MoE model the routed experts' share 2·k·e·t counts λ times
+    (the step waits for the busiest expert)."""
+    active = model.params_active + (moe_load_factor - 1.0) * model.experts_per_token * model.params_per_expert
+    return 2.0 * active * np.asarray(tokens, dtype=float)
+
+
 def prefill_flops(model: ModelShape, tokens, cached_tokens=0):
     """FLOPs to prefill ``tokens`` of which the first ``cached_tokens`` are in the prompt cache.
 
     FLOPs = 2·N_a·(s − s_c) + L·n_h·(d_qk + d_v)·(s² − s_c²)
-    (linear layers on new tokens; causal attention of the new queries over all keys, each
-    query–key pair costing 2·d_qk for the score and 2·d_v for the value product, halved by
-    causality).
+    (linear layers on new tokens; `attention_flops` of the new queries over all keys).
     """
     s = np.asarray(tokens, dtype=float)
     sc = np.minimum(np.asarray(cached_tokens, dtype=float), s)
-    d_qk, d_v = model.attention_dims
-    linear = 2.0 * model.params_active * (s - sc)
-    attention = model.layers * model.heads * (d_qk + d_v) * (s * s - sc * sc)
-    return linear + attention
+    return linear_flops(model, s - sc) + attention_flops(model, s, sc)
+
+
+def prefill_efficiency(eff, tokens_in_pass):
+    """Compute efficiency of a prefill pass over s tokens: η(s) = η_max · s / (s + s½).
+
+    Equivalently the pass costs as if s½ more tokens went through the linear layers at
+    η_max: the fixed part of small GEMMs (weight loads, tile quantisation, launches).
+    """
+    s = np.maximum(np.asarray(tokens_in_pass, dtype=float), 1.0)
+    return eff.prefill_mfu * s / (s + eff.prefill_half_tokens)
+
+
+def prefill_compute_s(replica: Replica, tokens, cached_tokens=0, prompts=1):
+    """Compute time of one pass over ``prompts`` prompts of ``tokens`` (``cached_tokens``
+    of each already cached): prompts · (2·N_a'·(s − s_c) + κ·attention) / (p·F·η(prompts·(s − s_c)))."""
+    s = np.asarray(tokens, dtype=float)
+    sc = np.minimum(np.asarray(cached_tokens, dtype=float), s)
+    eff = replica.eff
+    flops = prompts * (linear_flops(replica.model, s - sc, eff.moe_load_factor)
+                       + eff.attention_factor * attention_flops(replica.model, s, sc))
+    return flops / (replica.gpus * replica.hw.dense_flops_per_s * prefill_efficiency(eff, prompts * (s - sc)))
+
+
+def host_routed(replica: Replica) -> bool:
+    """True when a replica's collectives pass through the host: a part without a scale-up
+    fabric (PCIe only) whose replica spans more GPUs than exchange data peer-to-peer under
+    one PCIe switch (``pcie_p2p_gpus``)."""
+    return replica.hw.scaleup_domain_gpus <= 1 and 1 < replica.gpus <= replica.hw.gpus_per_node \
+        and replica.gpus > replica.eff.pcie_p2p_gpus
+
+
+def collective_s(replica: Replica, per_gpu_bytes):
+    """One collective in which every GPU of the replica sends ``per_gpu_bytes`` bytes b.
+
+    Over a switched fabric (NVLink, Infinity Fabric, PCIe peer-to-peer) each GPU sends over
+    its own link of bandwidth B·η (`Replica.link_bytes_per_s`): latency a = α, bytes on the
+    busiest link v = b.  Through the host (`host_routed`) the p GPUs share one PCIe link and
+    a ring pays one latency per step: a = α·(p − 1), v = p·b.  The library picks the faster
+    of two protocols,
+
+        min(a + v / (r·B·η),  a + Δα + v / (B·η))
+
+    a low-latency one (a share r of the bulk bandwidth) for small messages and a bulk one
+    (Δα more latency) for large ones — why the mid-size messages of decode at large batches
+    cost more than one latency + bandwidth line through both ends gives.
+    """
+    b = np.asarray(per_gpu_bytes, dtype=float)
+    eff = replica.eff
+    bw = replica.link_bytes_per_s
+    latency, volume = eff.collective_latency_s, b
+    if host_routed(replica):
+        latency, volume = latency * (replica.gpus - 1), replica.gpus * b
+    return np.minimum(latency + volume / (eff.small_link_share * bw), latency + eff.bulk_extra_latency_s + volume / bw)
 
 
 def collective_time_s(replica: Replica, tokens):
     """Communication per forward pass of ``tokens`` tokens across the p GPUs of a replica.
 
-    Ring all-reduce of m bytes: α + 2(p−1)/p · m / bw.  Dense models do two per layer
-    (attention and MLP outputs) of m = tokens·hidden·β_act.  MoE models do one all-reduce
-    (attention) and an all-to-all dispatch + combine per layer, each GPU sending
-    tokens·k·hidden·β_act/p · (p−1)/p bytes each way.  bw is the scale-up link when the
-    replica fits the scale-up domain, else the scale-out NIC (`Replica.link_bytes_per_s`).
-    In decode the 2·L latency terms dominate — why achieved MBU falls as p grows.
+    Dense models do two ring all-reduces per layer (attention and MLP outputs) of
+    m = tokens·hidden·β_act bytes, each GPU sending 2(p−1)/p · m.  MoE models do one
+    all-reduce (attention) and an all-to-all dispatch + combine per layer, each GPU sending
+    tokens·k·hidden·β_act/p · (p−1)/p bytes each way.  B is the scale-up link when the
+    replica fits the scale-up domain, else the scale-out NIC (`Replica.link_bytes_per_s`);
+    the time of one collective is `collective_s`.  In decode the 2·L latency terms dominate
+    — why achieved MBU falls as p grows.
     """
     p = replica.gpus
     t = np.asarray(tokens, dtype=float)
     if p <= 1:
         return np.zeros_like(t)
     m = replica.model
-    bw = replica.link_bytes_per_s
-    alpha = replica.eff.collective_latency_s
     message = t * m.hidden * replica.activation_bytes_per_value
-    allreduce = alpha + 2.0 * (p - 1) / p * message / bw
+    allreduce = collective_s(replica, 2.0 * (p - 1) / p * message)
     if not m.is_moe:
         return 2.0 * m.layers * allreduce
     per_gpu = message * m.experts_per_token / p * (p - 1) / p
-    alltoall = 2.0 * (alpha + per_gpu / bw)
-    return m.layers * (allreduce + alltoall)
+    return m.layers * (allreduce + 2.0 * collective_s(replica, per_gpu))
 
 
-def prefill_time_s(replica: Replica, tokens, cached_tokens=0):
-    """Time to prefill one prompt (sets TTFT):
+def prefill_time_s(replica: Replica, tokens, cached_tokens=0, prompts=1):
+    """Time of one prefill pass over ``prompts`` prompts of s tokens (one prompt: its TTFT
+    share):
 
-    max_smooth(FLOPs(s) / (p·F·η_c),  N·β_w / (p·B·η_m)) + TP/EP communication.
+    τ₀ + smax(`prefill_compute_s`,  N·β_w / (p·B·η_m)) + TP/EP communication of the new tokens.
     """
     p = replica.gpus
-    flops = prefill_flops(replica.model, tokens, cached_tokens)
-    compute = flops / (p * replica.hw.dense_flops_per_s * replica.eff.prefill_mfu)
+    compute = prefill_compute_s(replica, tokens, cached_tokens, prompts)
     memory = replica.weight_bytes / (p * replica.hw.hbm_bytes_per_s * replica.eff.decode_mbu)
     new_tokens = np.maximum(np.asarray(tokens, dtype=float) - np.asarray(cached_tokens, dtype=float), 1.0)
-    return smooth_max(compute, memory, replica.eff.roofline_sharpness) + collective_time_s(replica, new_tokens)
+    return (pass_overhead_s(replica) + smooth_max(compute, memory, replica.eff.roofline_sharpness)
+            + collective_time_s(replica, prompts * new_tokens))
 
 
 def weight_bytes_read(replica: Replica, tokens_in_step):
@@ -109,27 +185,28 @@ def decode_step_parts(replica: Replica, batch, context_tokens, tokens_per_sequen
     b = np.asarray(batch, dtype=float)
     c = np.asarray(context_tokens, dtype=float)
     tokens = b * tokens_per_sequence
-    kv_read = b * c * replica.kv_bytes_per_token * kv_replication(m, p)
-    memory = (weight_bytes_read(replica, tokens) + kv_read) / (
-        p * replica.hw.hbm_bytes_per_s * replica.eff.decode_mbu
-    )
+    eff = replica.eff
+    kv_read = eff.attention_factor * b * c * replica.kv_bytes_per_token * kv_replication(m, p)
+    memory = (weight_bytes_read(replica, tokens) + kv_read) / (p * replica.hw.hbm_bytes_per_s * eff.decode_mbu)
     d_qk, d_v = m.attention_dims
-    flops = 2.0 * m.params_active * tokens + tokens * m.layers * m.heads * (d_qk + d_v) * 2.0 * c
-    compute = flops / (p * replica.hw.dense_flops_per_s * replica.eff.decode_mfu)
+    flops = (linear_flops(m, tokens, eff.moe_load_factor)
+             + eff.attention_factor * tokens * m.layers * m.heads * (d_qk + d_v) * 2.0 * c)
+    compute = flops / (p * replica.hw.dense_flops_per_s * eff.decode_mfu)
     return memory, compute, collective_time_s(replica, tokens)
 
 
 def decode_step_time_s(replica: Replica, batch, context_tokens, tokens_per_sequence=1):
     """One decode step for ``batch`` sequences of mean context c (curve 4):
 
-    τ₀ + smax((W_read(b·q) + b·c·kv·r) / (p·B·η_m),
-              (2·N_a·b·q + b·q·L·n_h·(d_qk + d_v)·2c) / (p·F·η_c)) + comms(b·q)
+    τ₀ + smax((W_read(b·q) + κ·b·c·kv·r) / (p·B·η_m),
+              (2·N_a'·b·q + κ·b·q·L·n_h·(d_qk + d_v)·2c) / (p·F·η_c)) + comms(b·q)
 
     q = tokens per sequence verified in the step (1 normally, k+1 for speculative verify);
-    r = KV replication across the p GPUs. Per-user ITL = step; replica tokens/s = b / step.
+    r = KV replication across the p GPUs; N_a' the active parameters with the routed experts
+    × λ (`linear_flops`). Per-user ITL = step; replica tokens/s = b / step.
     """
     memory, compute, comms = decode_step_parts(replica, batch, context_tokens, tokens_per_sequence)
-    return replica.eff.step_overhead_s + smooth_max(memory, compute, replica.eff.roofline_sharpness) + comms
+    return pass_overhead_s(replica) + smooth_max(memory, compute, replica.eff.roofline_sharpness) + comms
 
 
 def decode_floor_s(replica: Replica):
@@ -144,8 +221,8 @@ def mixed_step_time_s(replica: Replica, batch, context_tokens, chunk_tokens, chu
     """One colocated iteration (chunked prefill): decode ``batch`` sequences and prefill a
     chunk of C prompt tokens whose first ``chunk_context_tokens`` are already in KV:
 
-    τ₀ + smax(mem_decode(b) + ctx·kv·r/(p·B·η_m),
-              comp_decode(b) + FLOPs(ctx + C | ctx cached)/(p·F·η_c,prefill)) + comms(b + C)
+    τ₀ + smax(mem_decode(b) + κ·ctx·kv·r/(p·B·η_m),
+              comp_decode(b) + `prefill_compute_s`(ctx + C | ctx cached)) + comms(b + C)
 
     This is the iteration a decode token waits for whenever a prompt is being prefilled
     beside it — the ITL interference of colocated serving.
@@ -154,14 +231,13 @@ def mixed_step_time_s(replica: Replica, batch, context_tokens, chunk_tokens, chu
     p = replica.gpus
     memory, compute, _ = decode_step_parts(replica, batch, context_tokens)
     ctx = np.asarray(chunk_context_tokens, dtype=float)
-    chunk_flops = prefill_flops(m, ctx + chunk_tokens, ctx)
-    compute = compute + chunk_flops / (p * replica.hw.dense_flops_per_s * replica.eff.prefill_mfu)
-    memory = memory + ctx * replica.kv_bytes_per_token * kv_replication(m, p) / (
+    compute = compute + prefill_compute_s(replica, ctx + chunk_tokens, ctx)
+    memory = memory + replica.eff.attention_factor * ctx * replica.kv_bytes_per_token * kv_replication(m, p) / (
         p * replica.hw.hbm_bytes_per_s * replica.eff.decode_mbu
     )
     tokens = np.asarray(batch, dtype=float) + chunk_tokens
     return (
-        replica.eff.step_overhead_s
+        pass_overhead_s(replica)
         + smooth_max(memory, compute, replica.eff.roofline_sharpness)
         + collective_time_s(replica, tokens)
     )

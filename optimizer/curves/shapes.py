@@ -90,8 +90,19 @@ class Hardware:
 
 @dataclass(frozen=True)
 class Efficiency:
-    """Achieved fractions of peak and fixed costs; values and reasons live in
-    `optimizer.scenario.Serving` (the one place defaults are stated)."""
+    """Achieved fractions of peak and fixed costs of one accelerator (× engine × dtype).
+
+    The values come from a calibration (`optimizer.calibration.params`: meanings, bounds and
+    the shipped defaults with their sources) unless the scenario's `Serving` overrides them.
+    ``prefill_mfu`` is the efficiency of a large prefill pass, reached as
+    η(s) = prefill_mfu · s / (s + prefill_half_tokens) for s tokens in the pass.
+    Collectives (`optimizer.curves.roofline.collective_s`) take the faster of a low-latency
+    protocol (latency ``collective_latency_s``, a share ``small_link_share`` of the bulk
+    bandwidth) and a bulk one (``bulk_extra_latency_s`` more latency, ``link_efficiency`` of
+    the link); on a PCIe-only part, replicas of more than ``pcie_p2p_gpus`` GPUs route them
+    through the host. ``nic_efficiency`` is the share of the scale-out NIC that KV transfers
+    and collectives across nodes reach (not fitted: no measured table covers them).
+    """
 
     prefill_mfu: float
     decode_mbu: float
@@ -102,6 +113,14 @@ class Efficiency:
     collective_latency_s: float
     link_efficiency: float
     roofline_sharpness: float
+    prefill_half_tokens: float = 0.0
+    attention_factor: float = 1.0
+    moe_load_factor: float = 1.0
+    layer_overhead_s: float = 0.0
+    bulk_extra_latency_s: float = 0.0
+    small_link_share: float = 1.0
+    pcie_p2p_gpus: int = 8
+    nic_efficiency: float = 0.7
 
 
 @dataclass(frozen=True)
@@ -131,4 +150,4 @@ class Replica:
         domain, else the scale-out NIC."""
         if self.gpus <= max(self.hw.scaleup_domain_gpus, self.hw.gpus_per_node):
             return self.hw.scaleup_bytes_per_s * self.eff.link_efficiency
-        return self.hw.nic_bytes_per_s * self.eff.link_efficiency
+        return self.hw.nic_bytes_per_s * self.eff.nic_efficiency

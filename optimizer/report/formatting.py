@@ -35,7 +35,7 @@ def significant(x: float, digits: int = 3) -> str:
 
 
 def usd(x) -> str:
-    """$11.0 M, $1.23 B, $457 k, $9,812, $3.50, $0.598; negative amounts with a minus sign."""
+    """$11.0 M, $1.23 B, $457 k, $9,812, $35.20, $3.50, $0.598; negative amounts with a minus sign."""
     if _absent(x):
         return MISSING
     sign, a = ("−" if x < 0 else ""), abs(float(x))
@@ -45,7 +45,7 @@ def usd(x) -> str:
         return f"{sign}${significant(a / 1e6)} M"
     if a >= 1e4:
         return f"{sign}${significant(a / 1e3)} k"
-    if a >= 10:
+    if a >= 100:  # whole dollars: within half a percent
         return f"{sign}${a:,.0f}"
     return f"{sign}${a:.2f}" if a >= 1 else f"{sign}${significant(a)}"
 

@@ -58,6 +58,7 @@ def plan_summary(s: Scenario, raw: RawScenario, inst: Instance, result: SolveRes
         "scenario": s.name,
         "scenario_sha256": raw.sha256(),
         "overrides": list(raw.overrides),
+        "calibration": {k: (raw.data.get("calibration") or {}).get(k) for k in ("file", "sha256")},
         "status": result.status,
         "proven_within_gap": result.status == "optimal",
         "objective_usd": result.objective_usd,

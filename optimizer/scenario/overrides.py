@@ -5,12 +5,16 @@ value, and validation errors about an overridden value name the override."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import yaml
 from pydantic import BaseModel
 
+from optimizer.calibration.files import calibration_data
+from optimizer.calibration.params import PARAMETERS
 from optimizer.errors import Origin, ScenarioError, shorten, unknown_id_message
 from optimizer.scenario.raw import RawScenario
+from optimizer.scenario.sections import Serving
 from optimizer.scenario.tables import SECTIONS, TABLES
 from optimizer.sources import check_expansion
 
@@ -46,6 +50,9 @@ def set_path(raw: RawScenario, key: str, text: str, origin: Origin | None = None
     origin = origin or Origin("--set")
     parts = key.split(".")
     head = parts[0]
+    if parts == ["calibration"]:  # a calibration file (relative to the working directory), read whole
+        raw.data["calibration"] = calibration_data(text or None, Path.cwd() / "--set")
+        return
     node = raw.data
     # the model of the node the last part is set in (none at the top level: raw data's keys)
     model: type[BaseModel] | None = SECTIONS.get(head) if len(parts) > 1 else None
@@ -70,6 +77,10 @@ def set_path(raw: RawScenario, key: str, text: str, origin: Origin | None = None
         raise ScenarioError(unknown_id_message("field", last, known_fields), origin)
     if text[:1] in ("×", "x", "*") and is_number(text[1:]):
         current = node.get(last)
+        if current is None and model is Serving and last in PARAMETERS:
+            scale = node.setdefault("calibration_scale", {})  # a calibrated value (per accelerator) is scaled
+            scale[last] = float(scale.get(last, 1.0)) * float(text[1:])
+            return
         if current is None and model is not None:
             current = model.model_fields[last].default
         try:

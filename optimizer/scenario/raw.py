@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from optimizer.calibration.files import calibration_data
 from optimizer.errors import (
     Origin,
     ScenarioError,
@@ -346,6 +347,7 @@ def load_raw(path: str | Path | None = None) -> RawScenario:
             data["price_provider"] = provider
         data[name] = _key_rows(spec, rows, origins)
     data["diurnal"] = _read_diurnal(doc.get("diurnal"), yaml_path, catalogue, origins, warnings, _key_line(doc, "diurnal"))
+    data["calibration"] = calibration_data(doc.get("calibration"), yaml_path, _key_line(doc, "calibration"))
 
     for name in SECTIONS:
         section = doc.get(name) or LineDict()

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from optimizer.calibration.params import Calibration, shipped_calibration
 from optimizer.contracts import RESERVED_POLICY_KEYS
 from optimizer.scenario.fields import Strict, fraction_before, fraction_check
 from optimizer.units import DAYS_PER_YEAR
@@ -135,35 +136,45 @@ class Speculative(Strict):
 
 
 class Serving(Strict):
-    """Efficiencies and overheads of the serving stack — the one place defaults live.
+    """Efficiencies and overheads of the serving stack.
 
-    Reasons for each default (sources in ../shared/reference/FACTS.md §7.3, data/SOURCES.md):
-    - prefill_mfu 0.45: training-like workloads reach 30–50 % of peak [E17]; prefill is
-      large dense matmuls like training; middle of that band (assumed).
-    - decode_mbu 0.75: optimised stacks reach 70–85 % of HBM bandwidth in decode [R9]; the
-      low-middle of the band because TP communication is modelled separately.
-    - decode_mfu 0.40: compute-bound decode runs smaller matmuls than prefill (assumed,
-      below prefill_mfu).
-    - step_overhead_ms 1.5: scheduler, sampling and kernel launches per iteration with CUDA
-      graphs (assumed; order of published vLLM/TRT per-step overheads).
+    The physical parameters (prefill_mfu … roofline_sharpness, meanings in
+    `optimizer.calibration.params.ParameterSet`) come per accelerator, engine and dtype from
+    the calibration: a scenario's top-level ``calibration: FILE`` (`fleetplan calibrate`),
+    else the shipped defaults fitted to public measurements (data/serving_calibration.csv,
+    sources in data/SOURCES.md). A value set here overrides them for every accelerator
+    (scenario override > calibration file > shipped defaults); a multiplier given to an unset
+    one (``--set serving.decode_mbu=×0.8``) scales each accelerator's value instead
+    (kept in ``calibration_scale``). Reasons for the other defaults
+    (sources in ../shared/reference/FACTS.md §7.3, data/SOURCES.md):
     - usable_hbm_fraction 0.90: vLLM's default gpu_memory_utilization.
     - workspace_gb_per_gpu 2: activations, CUDA graphs and fragmentation (assumed).
-    - collective_latency_us 15: DESIGN.md: ~10–20 µs per all-reduce on NVLink.
-    - link_efficiency 0.7: bus bandwidth NCCL reaches relative to link peak (assumed).
-    - roofline_sharpness 3: memory and compute overlap imperfectly near the ridge; calibrated
-      in benchmarks/curves_vs_published.py against MLPerf v4.1 (FACTS §7.1).
     - itl_tail_factor 1.15: p99 step over mean step from batch composition and jitter (assumed).
+    - nic_efficiency 0.7: share of the scale-out NIC a KV transfer or a collective across
+      nodes reaches (assumed; the pre-calibration link efficiency — the measured tables
+      cover only collectives inside a node).
     """
 
-    prefill_mfu: float = Field(0.45, gt=0, le=1)
-    decode_mbu: float = Field(0.75, gt=0, le=1)
-    decode_mfu: float = Field(0.40, gt=0, le=1)
-    step_overhead_ms: float = Field(1.5, ge=0)
+    prefill_mfu: float | None = Field(None, gt=0, le=1)
+    prefill_half_tokens: float | None = Field(None, ge=0)
+    decode_mbu: float | None = Field(None, gt=0, le=1)
+    decode_mfu: float | None = Field(None, gt=0, le=1)
+    step_overhead_ms: float | None = Field(None, ge=0)
+    layer_overhead_us: float | None = Field(None, ge=0)
+    collective_latency_us: float | None = Field(None, ge=0)
+    link_efficiency: float | None = Field(None, gt=0, le=1)
+    bulk_extra_latency_us: float | None = Field(None, ge=0)
+    small_link_share: float | None = Field(None, gt=0, le=1)
+    pcie_p2p_gpus: int | None = Field(None, ge=1)
+    attention_factor: float | None = Field(None, gt=0)
+    moe_load_factor: float | None = Field(None, ge=1)
+    roofline_sharpness: float | None = Field(None, ge=1)
+    engine: str | None = Field(None, description="serving engine whose calibrated parameters to use (any if unset)")
+    calibration_scale: dict[str, float] = Field(default_factory=dict, description="multipliers on calibrated values")
+    calibration: Calibration = Field(default_factory=shipped_calibration, description="resolved calibration")
     usable_hbm_fraction: float = Field(0.90, gt=0, le=1)
+    nic_efficiency: float = Field(0.7, gt=0, le=1)
     workspace_gb_per_gpu: float = Field(2.0, ge=0)
-    collective_latency_us: float = Field(15.0, ge=0)
-    link_efficiency: float = Field(0.7, gt=0, le=1)
-    roofline_sharpness: float = Field(3.0, ge=1)
     itl_tail_factor: float = Field(1.15, ge=1)
     tp_degrees: list[int] = Field(default_factory=lambda: [1, 2, 4, 8], description="GPUs per replica to consider")
     max_gpus_per_replica: int = Field(16, ge=1, description="MoE replicas may span nodes up to this many GPUs")
@@ -192,7 +203,7 @@ class Serving(Strict):
 
     _fractions = field_validator(
         "prefill_mfu", "decode_mbu", "decode_mfu", "usable_hbm_fraction", "link_efficiency",
-        "prefill_max_utilization", "decode_max_utilization", mode="before",
+        "small_link_share", "nic_efficiency", "prefill_max_utilization", "decode_max_utilization", mode="before",
     )(lambda v: fraction_check(float(v), "") if isinstance(v, (int, float)) else v)
 
     @property
@@ -250,9 +261,9 @@ class Robust(Strict):
         d = self.efficiency_derate
         return [
             f"demand.scale={s.demand.scale * self.demand_factor}",
-            f"serving.prefill_mfu={s.serving.prefill_mfu * d}",
-            f"serving.decode_mbu={s.serving.decode_mbu * d}",
-            f"serving.decode_mfu={s.serving.decode_mfu * d}",
+            f"serving.prefill_mfu=×{d}",
+            f"serving.decode_mbu=×{d}",
+            f"serving.decode_mfu=×{d}",
             f"network.access_rtt_ms={s.network.access_rtt_ms + self.rtt_margin_ms}",
             # the tiers move with the round trips: a metro keeps its tier, whose pools give
             # the margin up from their queueing budget (else one just inside a bound would

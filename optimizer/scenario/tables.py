@@ -41,4 +41,4 @@ DIURNAL_FILE = "diurnal.csv"
 SECTIONS = {"horizon": sections.Horizon, "demand": sections.Demand, "network": sections.NetworkSpec,
             "serving": sections.Serving, "policy": sections.Policy,
             "robust": sections.Robust}
-TOP_LEVEL = {"name", "description", "catalogue", *TABLES, "diurnal", *SECTIONS, "traces"}
+TOP_LEVEL = {"name", "description", "catalogue", "calibration", *TABLES, "diurnal", *SECTIONS, "traces"}

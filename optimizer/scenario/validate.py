@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
+from optimizer.calibration.params import Calibration
 from optimizer.errors import (
     Origin,
     ScenarioError,
@@ -148,6 +149,11 @@ def _validate(raw: RawScenario) -> Scenario:
                     for i, row in enumerate(values[part]):
                         validate_row(row_model, row, raw.origin("demand", part, i))
         sections[name] = validate_row(model, values, raw.origin(name))
+    if "calibration" in (d.get("serving") or {}):
+        raise ScenarioError("write the calibration file at the top level (calibration: FILE), not in serving",
+                            raw.origin("serving"), field="serving.calibration")
+    if d.get("calibration"):  # recorded content; a scenario.json from before calibrations has none
+        sections["serving"] = sections["serving"].model_copy(update={"calibration": Calibration(**d["calibration"])})
     diurnal = _validate_diurnal(d["diurnal"], raw)
     try:
         scenario = Scenario(

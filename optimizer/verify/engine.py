@@ -126,15 +126,18 @@ class TabulatedSteps:
     the exact curve evaluated on a grid of mean contexts every ``spacing`` tokens, linearly
     interpolated (the step is linear in the context on each side of the roofline ridge and
     smooth across it, so the error is ~1e-7 relative; `tests/test_verify.py` bounds it).
-    Colocated iterations carrying a chunk are evaluated exactly. A table row costs one
-    vectorised curve call; a segment then costs one `np.interp` instead of a curve call.
+    The ridge's curvature grows with the smooth maximum's sharpness q, so the grid is
+    8·√(3/q) tokens apart for q > 3 (at least 1). Colocated iterations carrying a chunk are
+    evaluated exactly. A table row costs one vectorised curve call; a segment then costs one
+    `np.interp` instead of a curve call.
     """
 
-    def __init__(self, exact: StepModel, spacing: float = 8.0):
+    def __init__(self, exact: StepModel, spacing: float | None = None):
         self.exact = exact
         self.replica = exact.replica
         self.speculative = exact.speculative
-        self.spacing = float(spacing)
+        q = self.replica.eff.roofline_sharpness
+        self.spacing = float(spacing) if spacing is not None else max(8.0 * min(1.0, (3.0 / q) ** 0.5), 1.0)
         self.rows: dict = {}
 
     def row(self, b: int, top: float):

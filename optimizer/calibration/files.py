@@ -1,0 +1,128 @@
+"""The calibration file: fitted parameters per (accelerator, engine, dtype), their residual
+spread per kind of point, and the hashes and dates of the tables they were fitted to.
+
+YAML (``.yaml``/``.yml``) or JSON (any other name), written atomically by
+`fleetplan calibrate`::
+
+    fleetplan_calibration: 1
+    created: 2026-12-03
+    inputs: [{file: example_h100.csv, sha256: …, modified: 2026-12-03}]
+    entries:
+      - accelerator: h100-sxm
+        engine: trtllm
+        dtype: bf16
+        prefill_mfu: 0.62
+        …                      # every parameter of `params.ParameterSet`
+        spread: {prefill: {points: 40, median_abs_error: 0.03, p90_abs_error: 0.07, median_log_ratio: 0.0}}
+    residuals: {fit: [...], holdout: [...]}   # per kind and per table, for the record
+
+A scenario names one with a top-level ``calibration: FILE`` (relative to the scenario); its
+content, not its path, is what the resolved scenario records (`calibration_data`), so a plan
+folder's scenario.json is self-contained.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from datetime import date
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from optimizer.calibration.params import PARAMETERS, ParameterSet, entry_from_row, shipped_rows
+from optimizer.errors import Origin, ScenarioError
+
+FORMAT_VERSION = 1
+
+
+def _is_yaml(path: Path) -> bool:
+    return path.suffix.lower() in (".yaml", ".yml")
+
+
+def read_calibration(path: str | Path) -> tuple[list[ParameterSet], str]:
+    """A calibration file → its parameter sets (origin = the file) and the sha256 of its bytes."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ScenarioError(f"cannot read the calibration file ({exc.strerror})", Origin(str(path))) from None
+    try:
+        doc = yaml.safe_load(data) if _is_yaml(path) else json.loads(data)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise ScenarioError(f"not a readable {'YAML' if _is_yaml(path) else 'JSON'} file ({exc})",
+                            Origin(str(path))) from None
+    if not isinstance(doc, dict) or doc.get("fleetplan_calibration") != FORMAT_VERSION:
+        raise ScenarioError(f"not a fleetplan calibration file: expected 'fleetplan_calibration: {FORMAT_VERSION}' "
+                            "at the top (written by fleetplan calibrate)", Origin(str(path)),
+                            field="fleetplan_calibration")
+    entries = doc.get("entries")
+    if not isinstance(entries, list) or not entries:
+        raise ScenarioError("expected a non-empty list of parameter sets", Origin(str(path)), field="entries")
+    out = []
+    for i, entry in enumerate(entries):
+        where = Origin(str(path), None, f"entries[{i}]")
+        if not isinstance(entry, dict):
+            raise ScenarioError(f"expected a mapping of parameters, got {entry!r}", where, field=f"entries[{i}]")
+        unknown = [k for k in entry if k not in ParameterSet.model_fields or k == "origin"]
+        if unknown:
+            raise ScenarioError(f"unknown field; expected among {', '.join(('accelerator', 'engine', 'dtype', *PARAMETERS, 'spread'))}",
+                                where, field=unknown[0])
+        try:
+            out.append(ParameterSet(**entry, origin=path.name))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise ScenarioError(err["msg"].removeprefix("Value error, ") + f"; got {err.get('input')!r}", where,
+                                field=".".join(str(p) for p in err["loc"])) from None
+    return out, hashlib.sha256(data).hexdigest()
+
+
+def calibration_data(value, scenario_path: Path, line: int | None = None) -> dict:
+    """The ``calibration`` a resolved scenario records: the named file's parameter sets (if
+    any) ahead of the shipped defaults, plus the file's name and sha256."""
+    entries: list[dict] = []
+    file = sha = None
+    if value is not None:
+        if not isinstance(value, str) or not value.strip():
+            raise ScenarioError(f"expected the path of a calibration file (fleetplan calibrate --out), got {value!r}",
+                                Origin(str(scenario_path), line), field="calibration")
+        path = (scenario_path.parent / value).resolve()
+        if not path.is_file():
+            raise ScenarioError(f"no calibration file at {path}", Origin(str(scenario_path), line), field="calibration")
+        sets, sha = read_calibration(path)
+        entries = [e.model_dump() for e in sets]
+        file = str(path)
+    entries += [entry_from_row(row).model_dump() for row in shipped_rows()]
+    return {"file": file, "sha256": sha, "entries": entries}
+
+
+def attach(raw, path: str | Path) -> None:
+    """Put the calibration file ``path`` (relative to the working directory) into a resolved
+    raw scenario in place of the one it named (`--calibration FILE`)."""
+    raw.data["calibration"] = calibration_data(str(Path(path).resolve()), Path.cwd() / "cli")
+
+
+def write_calibration(path: str | Path, entries: list[ParameterSet], inputs: list[dict], residuals: dict) -> None:
+    """Write the calibration file atomically (temporary file in the same folder, then rename)."""
+    path = Path(path)
+    doc = {
+        "fleetplan_calibration": FORMAT_VERSION,
+        "created": date.today().isoformat(),
+        "inputs": inputs,
+        "entries": [e.model_dump(exclude={"origin"}) for e in entries],
+        "residuals": residuals,
+    }
+    text = yaml.safe_dump(doc, sort_keys=False) if _is_yaml(path) else json.dumps(doc, indent=2) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,173 @@
+"""The physical serving parameters, per (accelerator, engine, dtype), and how a plan finds
+the set that applies to a replica.
+
+A `Calibration` is a list of `ParameterSet` entries, the ones from a user's calibration file
+first, then the shipped defaults (``data/serving_calibration.csv``). For an accelerator,
+weight dtype and (optional) engine, `Calibration.lookup` takes the first source that has an
+entry for the accelerator and, within it, the most specific entry ("*" matches anything):
+
+    (acc, engine, dtype) > (acc, engine, *) > (acc, *, dtype) > (acc, *, *) > (*, *, dtype) > (*, *, *)
+
+With no engine asked for, the first entry of the accelerator and dtype wins (file order).
+The scenario's ``serving`` fields, where set, override the looked-up values for every
+accelerator (`optimizer.configs.efficiency`): scenario override > calibration file > shipped.
+
+This module knows nothing of scenarios, so that the scenario layer can import it.
+"""
+
+from __future__ import annotations
+
+import csv
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SHIPPED_FILE = Path(__file__).resolve().parent.parent.parent / "data" / "serving_calibration.csv"
+KINDS = ("prefill", "decode", "e2e")
+
+# name → (lower bound, upper bound, value where nothing is known) — the bounds a fit keeps
+# to; the neutral values are the pre-calibration global defaults
+PARAMETERS = {
+    "prefill_mfu": (0.05, 1.0, 0.45),
+    "prefill_half_tokens": (0.0, 8192.0, 0.0),
+    "decode_mbu": (0.05, 1.0, 0.75),
+    "decode_mfu": (0.05, 1.0, 0.40),
+    "step_overhead_ms": (0.0, 20.0, 1.5),
+    "layer_overhead_us": (0.0, 200.0, 0.0),
+    "collective_latency_us": (0.0, 200.0, 15.0),
+    "link_efficiency": (0.05, 1.0, 0.7),
+    "bulk_extra_latency_us": (0.0, 500.0, 0.0),
+    "small_link_share": (0.02, 1.0, 1.0),
+    "pcie_p2p_gpus": (1, 8, 8),
+    "attention_factor": (0.25, 8.0, 1.0),
+    "moe_load_factor": (1.0, 4.0, 1.0),
+    "roofline_sharpness": (1.0, 50.0, 3.0),
+}
+
+
+class Spread(BaseModel):
+    """Residual spread of one kind of point: |predicted / measured − 1| statistics and the
+    signed median of ln(predicted / measured) (its bias), over ``points`` points."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    points: int = Field(ge=0)
+    median_abs_error: float = Field(ge=0)
+    p90_abs_error: float = Field(ge=0)
+    median_log_ratio: float = 0.0
+
+
+class ParameterSet(BaseModel):
+    """One accelerator (× engine × weight dtype) worth of physical parameters.
+
+    prefill_mfu            η_max: compute efficiency of a large prefill pass
+    prefill_half_tokens    s½: tokens in a pass at which prefill reaches η_max / 2,
+                           η(s) = η_max · s / (s + s½)  (small GEMMs are inefficient)
+    decode_mbu             HBM bandwidth efficiency of a decode step
+    decode_mfu             compute efficiency of a compute-bound decode step
+    step_overhead_ms       τ₀: fixed cost of one forward pass (scheduler, launches, sampling)
+    layer_overhead_us      τ_L: fixed cost per layer of a pass (norms, activations, kernel
+                           launches and synchronisation the roofline does not count)
+    collective_latency_us  α: latency of one collective in the low-latency protocol
+    link_efficiency        η: share of the scale-up (or NIC) bandwidth the bulk protocol reaches
+    bulk_extra_latency_us  Δα: extra latency of the bulk protocol
+    small_link_share       r: share of the bulk bandwidth the low-latency protocol reaches; a
+                           collective takes min(α + b/(r·B·η), α + Δα + b/(B·η))
+    pcie_p2p_gpus          GPUs that exchange data peer-to-peer under one PCIe switch (parts
+                           without a scale-up fabric; larger replicas go through the host)
+    attention_factor       κ: attention FLOPs and KV reads cost κ × their roofline time
+                           (attention kernels run below the GEMMs' efficiency)
+    moe_load_factor        λ: the routed-expert part of MoE compute × λ (expert imbalance)
+    roofline_sharpness     q of the smooth maximum of memory and compute time
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    accelerator: str = "*"
+    engine: str = "*"
+    dtype: str = "*"
+    prefill_mfu: float = Field(PARAMETERS["prefill_mfu"][2], gt=0, le=1)
+    prefill_half_tokens: float = Field(PARAMETERS["prefill_half_tokens"][2], ge=0)
+    decode_mbu: float = Field(PARAMETERS["decode_mbu"][2], gt=0, le=1)
+    decode_mfu: float = Field(PARAMETERS["decode_mfu"][2], gt=0, le=1)
+    step_overhead_ms: float = Field(PARAMETERS["step_overhead_ms"][2], ge=0)
+    layer_overhead_us: float = Field(PARAMETERS["layer_overhead_us"][2], ge=0)
+    collective_latency_us: float = Field(PARAMETERS["collective_latency_us"][2], ge=0)
+    link_efficiency: float = Field(PARAMETERS["link_efficiency"][2], gt=0, le=1)
+    bulk_extra_latency_us: float = Field(PARAMETERS["bulk_extra_latency_us"][2], ge=0)
+    small_link_share: float = Field(PARAMETERS["small_link_share"][2], gt=0, le=1)
+    pcie_p2p_gpus: int = Field(PARAMETERS["pcie_p2p_gpus"][2], ge=1)
+    attention_factor: float = Field(PARAMETERS["attention_factor"][2], gt=0)
+    moe_load_factor: float = Field(PARAMETERS["moe_load_factor"][2], ge=1)
+    roofline_sharpness: float = Field(PARAMETERS["roofline_sharpness"][2], ge=1)
+    spread: dict[str, Spread] = Field(default_factory=dict, description="residual spread per kind of point")
+    origin: str = Field("shipped", description="'shipped' or the calibration file it came from")
+    source: str | None = None
+    as_of: str | None = None
+
+    def values(self) -> dict[str, float]:
+        return {name: getattr(self, name) for name in PARAMETERS}
+
+    @property
+    def key(self) -> str:
+        return f"{self.accelerator}/{self.engine}/{self.dtype}"
+
+
+def _match_rank(entry: ParameterSet, accelerator: str, engine: str | None, dtype: str) -> int | None:
+    """Lower is more specific; None when the entry does not apply."""
+    if entry.accelerator not in (accelerator, "*") or entry.dtype not in (dtype, "*"):
+        return None
+    if engine is not None and entry.engine not in (engine, "*"):
+        return None
+    return (entry.accelerator == "*") * 4 + (engine is not None and entry.engine == "*") * 2 + (entry.dtype == "*")
+
+
+class Calibration(BaseModel):
+    """Parameter sets in precedence order (a calibration file's, then the shipped ones)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    entries: list[ParameterSet] = Field(default_factory=list)
+    file: str | None = Field(None, description="the calibration file a scenario named, if any")
+    sha256: str | None = Field(None, description="sha256 of that file's content")
+
+    def lookup(self, accelerator: str, dtype: str, engine: str | None = None) -> ParameterSet:
+        origins = list(dict.fromkeys(e.origin for e in self.entries))
+        for origin in origins:
+            ranked = [(r, i, e) for i, e in enumerate(self.entries)
+                      if e.origin == origin and (r := _match_rank(e, accelerator, engine, dtype)) is not None]
+            if ranked:
+                return min(ranked, key=lambda x: (x[0], x[1]))[2]
+        return ParameterSet()
+
+
+def _cell(value: str):
+    return None if value is None or value.strip() == "" else value.strip()
+
+
+@lru_cache(maxsize=4)
+def _shipped_rows(path: Path, mtime: float) -> tuple[dict, ...]:
+    with path.open(newline="") as f:
+        return tuple({k: _cell(v) for k, v in row.items()} for row in csv.DictReader(f))
+
+
+def shipped_rows(path: Path = SHIPPED_FILE) -> list[dict]:
+    """The rows of ``data/serving_calibration.csv`` as plain dicts (empty cells dropped)."""
+    if not path.is_file():
+        return []
+    return [{k: v for k, v in row.items() if v is not None} for row in _shipped_rows(path, path.stat().st_mtime)]
+
+
+def entry_from_row(row: dict, origin: str = "shipped") -> ParameterSet:
+    """A flat row (the shipped CSV's columns: parameters, ``<kind>_points``,
+    ``<kind>_median_abs_error``, ``<kind>_p90_abs_error``, source, as_of) → a `ParameterSet`."""
+    values = dict(row)
+    spread = {}
+    for kind in KINDS:
+        stats = {k: values.pop(f"{kind}_{k}", None) for k in ("points", "median_abs_error", "p90_abs_error",
+                                                               "median_log_ratio")}
+        if stats["points"] is not None:
+            spread[kind] = Spread(**{k: v for k, v in stats.items() if v is not None})
+    return ParameterSet(**values, spread=spread, origin=origin)
+
+
+def shipped_calibration() -> Calibration:
+    return Calibration(entries=[entry_from_row(row) for row in shipped_rows()])
