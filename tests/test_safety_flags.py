@@ -113,6 +113,11 @@ def test_bad_values_for_plan_folder_commands(plan_dir, tmp_path, capsys, argv, f
     assert changes(before, snapshot(tmp_path)) == []
 
 
+def _subparser(command: str) -> argparse.ArgumentParser:
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[command]
+
+
 def _value_flags() -> list[tuple[str, str]]:
     """(command, flag) of every flag that takes a value."""
     out = []
@@ -136,11 +141,11 @@ def test_fuzzed_flag_values_parse_or_refuse_in_one_line(capsys, which, value):
     """Parsing alone: a value is accepted or refused with one line naming the flag — never a
     traceback (argparse types raise nothing else)."""
     command, flag = which
-    positional = {"plan": [], "validate": ["x.yaml"], "network": [], "sweep": [], "compare": ["a", "b"],
-                  "report": ["d"], "verify": ["d"], "stress": ["d"], "operate": ["d"], "scenarios": [],
-                  "budget": [], "curves": []}.get(command, [])
-    required = {"curves": ["--model", "m", "--gpu", "g"], "budget": ["--metro", "m", "--site", "s",
-                                                                      "--workload", "w"]}.get(command, [])
+    parser = _subparser(command)
+    positional = [f"p{i}" for i, a in enumerate(parser._actions)
+                  if not a.option_strings and a.nargs not in ("?", "*")]
+    required = [x for a in parser._actions if a.required and a.option_strings and a.option_strings[0] != flag
+                for x in (a.option_strings[0], "v")]
     try:
         build_parser().parse_args([command, *positional, *required, f"{flag}={value}"])
     except SystemExit as exc:

@@ -78,8 +78,12 @@ def set_path(raw: RawScenario, key: str, text: str, origin: Origin | None = None
     if text[:1] in ("×", "x", "*") and is_number(text[1:]):
         current = node.get(last)
         if current is None and model is Serving and last in PARAMETERS:
+            factor = float(text[1:])
+            if not 0 < factor < float("inf"):
+                raise ScenarioError(f"a calibrated value's multiplier must be greater than 0 and finite; got {text}",
+                                    origin)
             scale = node.setdefault("calibration_scale", {})  # a calibrated value (per accelerator) is scaled
-            scale[last] = float(scale.get(last, 1.0)) * float(text[1:])
+            scale[last] = float(scale.get(last, 1.0)) * factor
             return
         if current is None and model is not None:
             current = model.model_fields[last].default

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from optimizer.calibration.params import Calibration, shipped_calibration
+from optimizer.calibration.params import PARAMETERS, Calibration, shipped_calibration
 from optimizer.contracts import RESERVED_POLICY_KEYS
 from optimizer.scenario.fields import Strict, fraction_before, fraction_check
 from optimizer.units import DAYS_PER_YEAR
@@ -216,6 +216,13 @@ class Serving(Strict):
             raise ValueError("tp_degrees must list positive GPU counts, e.g. [1, 2, 4, 8]")
         if not self.modes:
             raise ValueError("modes must allow colocated, disaggregated or both")
+        for name, factor in self.calibration_scale.items():
+            if name not in PARAMETERS:
+                raise ValueError(f"calibration_scale: {name!r} is not a calibrated parameter; known: "
+                                 f"{', '.join(PARAMETERS)}")
+            if not 0 < factor < float("inf"):
+                raise ValueError(f"calibration_scale: the multiplier of {name} must be greater than 0 and finite; "
+                                 f"got {factor}")
         tiers = list(self.tier_rtt_ms)
         if not tiers or sorted(set(tiers)) != tiers or tiers[0] <= 0:
             raise ValueError(f"tier_rtt_ms must be a non-empty increasing list of positive RTT bounds in ms, e.g. "
