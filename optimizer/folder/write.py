@@ -15,9 +15,7 @@ Plan folder:
 from __future__ import annotations
 
 import json
-import re
 import shutil
-import zipfile
 from datetime import datetime
 from pathlib import Path
 
@@ -69,29 +67,17 @@ def _in_schema_order(frame: pd.DataFrame, name: str) -> pd.DataFrame:
 
 
 def _write_xlsx(plan: Plan, path: Path) -> None:
-    """The tables as sheets. Zip entries and document properties carry a fixed date, so the
-    same plan gives the same bytes."""
-    raw = path.with_suffix(".raw.xlsx")
-    with pd.ExcelWriter(raw, engine="openpyxl") as xl:
-        xl.book.properties.created = xl.book.properties.modified = FIXED_DATE
+    """The tables as sheets. Text is never read as a formula (a name such as
+    "=HYPERLINK(…)" stays text), and the document's dates are fixed, so the same plan gives
+    the same bytes."""
+    options = {"strings_to_formulas": False, "strings_to_urls": False, "nan_inf_to_errors": True}
+    with pd.ExcelWriter(path, engine="xlsxwriter", engine_kwargs={"options": options}) as xl:
+        xl.book.set_properties({"created": FIXED_DATE})
         fields = sorted((k, json.dumps(v, default=_json) if isinstance(v, (dict, list)) else v)
                         for k, v in plan.summary.items() if k not in TIMING_FIELDS)
         pd.DataFrame(fields, columns=["field", "value"]).to_excel(xl, sheet_name="summary", index=False)
         for name in TABLES:
             plan.tables[name].to_excel(xl, sheet_name=name, index=False)
-        for sheet in xl.book.worksheets:  # text such as a name "=HYPERLINK(…)" stays text, never a formula
-            for row in sheet.iter_rows():
-                for cell in row:
-                    if cell.data_type == "f":
-                        cell.data_type = "s"
-    stamp = FIXED_DATE.strftime("%Y-%m-%dT%H:%M:%SZ").encode()
-    with zipfile.ZipFile(raw) as src, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as dst:
-        for info in src.infolist():
-            data = src.read(info.filename)
-            if info.filename == "docProps/core.xml":  # openpyxl stamps the save time here
-                data = re.sub(rb'(<dcterms:modified[^>]*>)[^<]*', rb"\g<1>" + stamp, data)
-            dst.writestr(zipfile.ZipInfo(info.filename, date_time=FIXED_DATE.timetuple()[:6]), data)
-    raw.unlink()
 
 
 def _json(x):
