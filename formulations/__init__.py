@@ -121,3 +121,34 @@ def read_solution(lp: LinearProgram, x: np.ndarray) -> Reading:
     integer = bool(lp.col_integer) and any(lp.col_integer)
     return Reading(flows, values("route"), values("unserved"), values("committed", whole=integer),
                    values("ondemand", whole=integer), replicas)
+
+
+def write_solution(lp: LinearProgram, plan) -> tuple[np.ndarray, np.ndarray]:
+    """A plan (anything with `Reading`'s fields, keyed like this program) as a start for
+    ``lp``: (columns, values) of every integer column — a pool's size choice included — and
+    every flow, route and unserved column, zero where the plan has none; the columns left out
+    (tier loads, ramps, usable nodes) and the fixed ones are HiGHS's to complete."""
+    values: dict[int, float] = {}
+
+    def put(block: str, table: dict) -> None:
+        for key, col in lp.cols.get(block, {}).items():
+            values[col] = float(table.get(key, 0.0))
+
+    for role in Role:
+        put(f"{role}_flow", plan.flows)
+        put(f"{role}_replicas", plan.replicas)
+        sizes = {(pid, sid, n): 1.0 for (pid, sid), n in plan.replicas.items()}
+        put(f"{role}_size", sizes)
+    put("route", plan.routes)
+    put("unserved", plan.unserved)
+    put("committed", plan.committed)
+    put("ondemand", plan.ondemand)
+    for col in np.flatnonzero(lp.col_integer):
+        values.setdefault(int(col), 0.0)
+    # a fixed column keeps its value (a commitment being operated)
+    cols = np.array(sorted(c for c in values if not _fixed(lp, c)), dtype=np.int32)
+    return cols, np.array([values[c] for c in cols])
+
+
+def _fixed(lp: LinearProgram, col: int) -> bool:
+    return lp.col_lower[col] == lp.col_upper[col]

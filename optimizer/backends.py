@@ -50,6 +50,7 @@ class Outcome:
     objective: float | None
     bound: float | None
     x: np.ndarray | None
+    row_dual: np.ndarray | None = None  # a linear program's row duals (HiGHS's signs), when valid
 
 
 class _Guard:
@@ -177,14 +178,32 @@ class HighsDirect:
     def forget_basis(self) -> None:
         self.highs.clearSolver()
 
-    def solve(self, seconds: float, gap: float, threads: int | None) -> Outcome:
+    def set_start(self, cols: np.ndarray, values: np.ndarray) -> None:
+        """A (partial) solution HiGHS starts its branch and bound from."""
+        self.highs.setSolution(len(cols), cols, values)
+
+    def solve(self, seconds: float, gap: float, threads: int | None, watch=None) -> Outcome:
+        """``watch(seconds, best integer $, bound $)``, called as a MIP runs, stops it by
+        returning True."""
         h = self.highs
         h.setOptionValue("time_limit", h.getRunTime() + max(seconds, 1.0))
         h.setOptionValue("mip_rel_gap", gap)
         if threads:
             h.setOptionValue("threads", threads)
-        with _Guard(h, max(seconds, 1.0)):
-            run_interruptibly(h)
+
+        def interrupt(event):
+            out = event.data_out
+            if watch(out.running_time, out.mip_primal_bound, out.mip_dual_bound):
+                event.data_in.user_interrupt = True
+
+        if watch is not None:
+            h.cbMipInterrupt.subscribe(interrupt)
+        try:
+            with _Guard(h, max(seconds, 1.0)):
+                run_interruptibly(h)
+        finally:
+            if watch is not None:
+                h.cbMipInterrupt.unsubscribe(interrupt)
         info = h.getInfo()
         has = info.primal_solution_status == 2
         status = _status(h)
@@ -194,7 +213,10 @@ class HighsDirect:
             bound = info.mip_dual_bound
         else:
             bound = objective if status == "optimal" else None
-        return Outcome(status, has, objective, bound, x)
+        duals = None
+        if status == "optimal" and not any(self.lp.col_integer) and info.dual_solution_status == 2:
+            duals = np.asarray(h.getSolution().row_dual)
+        return Outcome(status, has, objective, bound, x, duals)
 
 
 class PyomoHighs:

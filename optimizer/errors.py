@@ -98,4 +98,4 @@ def unknown_id_message(kind: str, value: str, known) -> str:
     near = get_close_matches(str(value), known, n=3, cutoff=0.5)
     hint = f" — did you mean {', '.join(near)}?" if near else ""
     listed = ", ".join(known) if len(known) <= 30 else ", ".join(known[:30]) + f", … ({len(known)} in all)"
-    return f"unknown {kind} '{value}'{hint} Known: {listed}"
+    return f"unknown {kind} '{value}'{hint if hint else '.'} Known: {listed}"
