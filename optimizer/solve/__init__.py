@@ -24,9 +24,11 @@ from optimizer.solve.cache import ModelCache
 from optimizer.solve.exact import solve_exact
 from optimizer.solve.pricing import at_sizes, plan_cost, pool_sizes
 from optimizer.solve.settings import Candidate, SolveResult, SolverSettings, SolveStep
-from optimizer.solve.steps import STEP_FUNCTIONS, Context
+from optimizer.solve.anytime import gap_split, refine
+from optimizer.solve.steps import FIRST_PLAN_FUNCTIONS, Context
 
 AUTO_EXACT_BINARIES = 3000
+STEP_FUNCTIONS = {**FIRST_PLAN_FUNCTIONS, "refine": refine}
 
 __all__ = ["AUTO_EXACT_BINARIES", "Candidate", "ModelCache", "SolveResult", "SolveStep", "SolverSettings", "plan_cost",
            "pool_sizes", "solve"]
@@ -48,23 +50,29 @@ def solve(inst: Instance, settings: SolverSettings, progress=None, cache: ModelC
                                              if build_s else f"reused, coefficients refreshed in {handoff_s:.1f} s"))
     start = time.perf_counter()
     deadline = start + settings.time_limit_s
+    ctx = Context(inst, cache, settings, deadline, say, largest, guess, started=start)
     if settings.exact:
-        log: list[SolveStep] = []
-        best, bound, status = solve_exact(inst, cache, settings, deadline, log)
+        best = solve_exact(ctx)
+        status = "time_limit" if ctx.timed_out else "optimal"
     else:
-        ctx = Context(inst, cache, settings, deadline, say, largest, guess)
         best = None
         for name in settings.steps:
+            if name == "refine":
+                first_plan = ctx.best_usd
             best = STEP_FUNCTIONS[name](ctx, best)
         if best is None:
             if ctx.last_fit is None:
                 raise InfeasibleError("no plan was made: the steps run do not include a master solve")
             raise InfeasibleError("no whole plan fits the sites' supply caps and megawatts: "
                                   + "; ".join(ctx.last_fit.solution.violations[:5]))
-        log, bound = ctx.log, ctx.bound_usd if ctx.bound_usd is not None else 0.0
         status = "time_limit" if ctx.timed_out else "optimal"
+    bound = ctx.bound_usd if ctx.bound_usd is not None else 0.0
     gap = max(0.0, (best.cost_usd - bound) / best.cost_usd) if best.cost_usd > 0 else 0.0
-    if status == "optimal" and not settings.exact:
-        status = "optimal" if gap <= settings.mip_gap + 1e-9 else "gap_above_target"
+    if gap <= settings.mip_gap + 1e-9:
+        status = "optimal"
+    elif status == "optimal":
+        status = "gap_above_target"
+    split = gap_split(ctx, first_plan if "refine" in settings.steps and not settings.exact else ctx.best_usd)
     return SolveResult(status, best.solution, best.cost_usd, bound, gap, build_s, handoff_s,
-                       time.perf_counter() - start, log, size, settings.exact)
+                       time.perf_counter() - start, ctx.log, size, settings.exact, ctx.history, ctx.bounds,
+                       ctx.first_plan_s, split)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from formulations import Reading, build_program, read_solution, refresh, structure
+from formulations import Reading, build_program, read_solution, refresh, structure, write_solution
 from formulations.linear import INF
 from optimizer.backends import BACKENDS, Outcome, gc_paused
 from optimizer.errors import NumericalTroubleError, ScenarioError, TimeLimitNoPlanError
@@ -75,9 +75,15 @@ class ModelCache:
         self.backend.apply([self.lp.set_params("gpu_reserve", gpus), self.lp.set_params("kw_room", kw_room)])
 
     # ------------------------------------------------------------------ solving
-    def run(self, seconds: float, gap: float, threads: int | None, what: str) -> Outcome:
-        """One solve; errors and time limits without any solution become planner-facing errors."""
-        out = self.backend.solve(seconds, gap, threads)
+    def start_from(self, plan) -> None:
+        """A whole plan as HiGHS's starting point (`formulations.write_solution`)."""
+        self.backend.set_start(*write_solution(self.lp, plan))
+
+    def run(self, seconds: float, gap: float, threads: int | None, what: str, watch=None) -> Outcome:
+        """One solve; errors and time limits without any solution become planner-facing errors.
+        ``watch``: see `optimizer.backends.HighsDirect.solve` (HiGHS backend only)."""
+        out = self.backend.solve(seconds, gap, threads, watch) if watch is not None else \
+            self.backend.solve(seconds, gap, threads)
         if out.status == "error" and not out.has_solution:
             raise NumericalTroubleError(
                 f"HiGHS stopped with an error during the {what} solve and no solution; "

@@ -3,23 +3,69 @@ pool size) and integer nodes, in one MIP — for small instances and checks."""
 
 from __future__ import annotations
 
+import math
 import time
 
 from optimizer.costing import Solution
-from optimizer.solve.cache import ModelCache
+from optimizer.errors import InfeasibleError
 from optimizer.solve.pricing import plan_cost
-from optimizer.solve.settings import Candidate, SolverSettings, SolveStep
+from optimizer.solve.settings import Bound, Candidate, SolveStep
+
+PROGRESS_EVERY_S = 5.0  # progress lines of a long exact solve
 
 
-def solve_exact(inst, cache: ModelCache, settings: SolverSettings, deadline: float,
-                log: list[SolveStep]) -> tuple[Candidate, float, str]:
-    """(the plan, HiGHS's bound, its status)."""
+def watcher(ctx, what: str):
+    """A HiGHS watch (`optimizer.backends.HighsDirect.solve`): a progress line every
+    PROGRESS_EVERY_S with the best plan and bound — HiGHS's own or one found before — and a
+    stop once they are within the gap target."""
+    last = [time.perf_counter()]
+
+    def watch(_, primal: float, dual: float) -> bool:
+        plans, bounds = _finite(primal, ctx.best_usd), _finite(dual, ctx.bound_usd)
+        if not plans or not bounds or min(plans) <= 0:
+            return False
+        plan, bound = min(plans), max(bounds)
+        gap = (plan - bound) / plan
+        if time.perf_counter() - last[0] >= PROGRESS_EVERY_S:
+            last[0] = time.perf_counter()
+            ctx.say(f"[{ctx.elapsed():6.1f} s] plan ${plan:,.0f}, bound ${bound:,.0f}, gap {gap:.2%} — {what}")
+        return gap <= ctx.settings.mip_gap
+
+    return watch
+
+
+def _finite(*values) -> list[float]:
+    return [v for v in values if v is not None and math.isfinite(v)]
+
+
+def run_exact(ctx, cache, what: str, seconds: float | None = None) -> tuple[Candidate | None, object, float]:
+    """The exact model in ``cache`` solved for ``seconds`` (default: until the deadline) or to
+    the gap target; its bound noted. (the plan, HiGHS's outcome, seconds)."""
     t = time.perf_counter()
-    out = cache.run(deadline - time.perf_counter(), settings.mip_gap, settings.threads, "exact")
-    reading = cache.read(out.x)
-    sol = Solution(reading.committed, reading.ondemand, reading.flows, reading.replicas, reading.routes,
-                   reading.unserved)
-    bound = float(out.bound if out.bound is not None else out.objective)
-    plan = Candidate(plan_cost(inst, sol), sol)
-    log.append(SolveStep("exact", out.status, out.objective, bound, time.perf_counter() - t, plan.cost_usd))
-    return plan, bound, out.status
+    watch = watcher(ctx, what) if ctx.settings.backend == "highs" else None
+    limit = ctx.time_left() if seconds is None else min(seconds, ctx.time_left())
+    out = cache.run(limit, ctx.settings.mip_gap, ctx.settings.threads, what, watch)
+    if out.bound is not None and math.isfinite(out.bound):
+        ctx.note(what, bound=Bound("exact MIP", float(out.bound), ctx.elapsed(),
+                                   "integer replicas and nodes, HiGHS's branch and bound"))
+    plan = None
+    if out.has_solution:
+        reading = cache.read(out.x)
+        sol = Solution(reading.committed, reading.ondemand, reading.flows, reading.replicas, reading.routes,
+                       reading.unserved)
+        plan = Candidate(plan_cost(ctx.inst, sol), sol)
+    seconds = time.perf_counter() - t
+    ctx.log.append(SolveStep("exact", out.status, out.objective, out.bound, seconds,
+                             plan.cost_usd if plan else None))
+    return plan, out, seconds
+
+
+def solve_exact(ctx) -> Candidate:
+    """Exact mode: the one MIP already in ``ctx.cache``."""
+    plan, out, _ = run_exact(ctx, ctx.cache, "exact")
+    ctx.timed_out = out.status == "time_limit"
+    if plan is None:
+        raise InfeasibleError(f"the exact model has no plan ({out.status}): no whole plan fits the sites' supply "
+                              "caps and megawatts")
+    ctx.note("exact", plan.cost_usd)
+    return plan

@@ -2,15 +2,22 @@
 a scheduler address is given — as sweeps do. The instance goes to each worker once; each
 worker keeps the slice programs it built, so that later rounds only change their prices.
 
-A task is ``(kind, state id, arguments)``; `run_tasks` yields the results as they finish.
+A task is ``(kind, state id, arguments)``; `run_tasks` yields the results as they finish. A
+task's ``until`` is a wall-clock deadline (epoch seconds, shared by every machine of a
+cluster): a task started after it returns no result.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
+import numpy as np
+
 from optimizer.solve.slices import SliceProgram, SliceResult
+
+MIN_SECONDS = 0.5  # a slice program given less is not started
 
 _WORKER: dict = {}
 
@@ -24,20 +31,27 @@ def _init(inst) -> None:
 def run_slice(task) -> SliceResult:
     """One slice program solved (built on first use in this process)."""
     kind, sid, args = task
+    if args["until"] - time.time() < MIN_SECONDS:
+        return SliceResult(sid, None, -np.inf, None, 0.0)
     inst, programs = _WORKER["inst"], _WORKER["programs"]
-    key = (kind, sid, args.get("commitment_key"))
-    if key not in programs:
+    commitment = args.get("commitment_key")
+    kept = programs.get((kind, sid))
+    if kept is None or kept[0] != commitment:  # a fixed program is rebuilt for a new commitment
         if kind == "bound":
-            programs[key] = SliceProgram(inst, sid, committed_usd=args["committed_usd"],
-                                         ondemand_extra_usd=args["ondemand_extra_usd"], chord=True)
+            program = SliceProgram(inst, sid, committed_usd=args["committed_usd"],
+                                   ondemand_extra_usd=args["ondemand_extra_usd"], chord=True)
         else:
-            programs[key] = SliceProgram(inst, sid, committed=args["committed"])
-    program = programs[key]
+            program = SliceProgram(inst, sid, committed=args["committed"])
+        programs[(kind, sid)] = kept = (commitment, program)
+    program = kept[1]
     if kind == "bound":
         program.price(args["committed_usd"], args["ondemand_extra_usd"])
     if args.get("start") is not None:
         program.start_from(args["start"])
-    return program.solve(args["seconds"], args["gap"])
+    seconds = min(args["seconds"], args["until"] - time.time())
+    if seconds < MIN_SECONDS:  # the budget is spent: no result, the caller keeps what it has
+        return SliceResult(sid, None, -np.inf, None, 0.0)
+    return program.solve(seconds, args["gap"])
 
 
 class SliceRunner:

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formulations import Operating, Reading, build_program, read_solution
+
+from formulations import Operating, Reading, build_program, read_solution, write_solution
 from optimizer.backends import HighsDirect
 from optimizer.costing import Solution
 from optimizer.instance import Instance, slice_view
@@ -36,7 +37,7 @@ def of_state(sol: Solution, sid: int) -> Solution:
 class SliceResult:
     state: int  # the state id in the full instance
     objective_usd: float | None  # the best integer solution's cost, None if none was found
-    bound_usd: float  # HiGHS's lower bound on the slice's cost
+    bound_usd: float  # HiGHS's lower bound on the slice's cost (−inf: none in time)
     reading: Reading | None  # its decisions, keyed by the full instance's state id
     seconds: float
 
@@ -61,39 +62,22 @@ class SliceProgram:
         self.backend.apply(changes)
 
     def start_from(self, sol: Solution) -> None:
-        """Hand a plan's decisions for this slice to HiGHS as a start (integers fixed, the
-        rest completed by HiGHS where they do not fit)."""
-        sid, x = self.state.id, np.zeros(self.lp.n_cols)
-        cols = self.lp.cols
-        for (pid, s), y in sol.flows.items():
-            if s == sid:
-                role = next(r for r in ("prefill", "colocated", "decode") if (pid, 0) in cols.get(f"{r}_flow", {}))
-                x[cols[f"{role}_flow"][(pid, 0)]] = y
-                n = sol.replicas.get((pid, s), 0)
-                x[cols[f"{role}_replicas"][(pid, 0)]] = n
-                if n and (pid, 0, n) in cols.get(f"{role}_size", {}):
-                    x[cols[f"{role}_size"][(pid, 0, n)]] = 1.0
-        for (m, site, k, tier, s), v in sol.routes.items():
-            if s == sid and (m, site, k, tier, 0) in cols.get("route", {}):
-                x[cols["route"][(m, site, k, tier, 0)]] = v
-        for (m, k, s), u in sol.unserved.items():
-            if s == sid:
-                x[cols["unserved"][(m, k, 0)]] = u
-        nodes: dict = {}
-        for (s, g, _), n in sol.committed.items():
-            nodes[(s, g)] = nodes.get((s, g), 0) + n
-        for (s, g, term), col in cols.get("committed", {}).items():
-            first = min(term_ for (ss, gg, term_) in cols["committed"] if (ss, gg) == (s, g))
-            x[col] = nodes.get((s, g), 0) if term == first else 0.0
-        for (s, g, st), n in sol.ondemand.items():
-            if st == sid and (s, g, 0) in cols.get("ondemand", {}):
-                x[cols["ondemand"][(s, g, 0)]] = n
-        self.backend.highs.setSolution(len(x), np.arange(len(x), dtype=np.int32), x)
+        """Hand a plan's decisions for this slice to HiGHS as a start (HiGHS completes or
+        repairs what does not fit)."""
+        sid = self.state.id
+        mine = lambda table, at: {(*k[:at], 0, *k[at + 1:]): v for k, v in table.items() if k[at] == sid}  # noqa: E731
+        here = Reading(mine(sol.flows, 1), mine(sol.routes, 4), mine(sol.unserved, 2), dict(sol.committed),
+                       mine(sol.ondemand, 2), mine(sol.replicas, 1))
+        cols, values = write_solution(self.lp, here)
+        self.backend.highs.setSolution(len(cols), cols, values)
 
     def solve(self, seconds: float, gap: float) -> SliceResult:
         t = time.perf_counter()
         out = self.backend.solve(seconds, gap, 1)
-        bound = out.bound if out.bound is not None else (out.objective if out.has_solution else 0.0)
+        if out.bound is not None and np.isfinite(out.bound):
+            bound = float(out.bound)
+        else:  # stopped before HiGHS had a bound: none, unless the program was solved
+            bound = float(out.objective) if out.status == "optimal" else -np.inf
         reading = None
         if out.has_solution:
             here = read_solution(self.lp, out.x)

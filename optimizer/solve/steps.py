@@ -18,6 +18,8 @@ backend, the deadline, the bound, the log — travels in a `Context`.
   (`operating.reoperate_slices`), a few passes; the cheapest plan is kept.
 * ``consolidate`` — small (site, workload) groups of pools closed, smallest first, where the
   re-operated plan costs less without them.
+* ``refine`` — the rest of the budget (`optimizer.solve.anytime`): better plans and a better
+  bound, until the gap target or the deadline.
 
 Measured effects of each step are in benchmarks/RESULTS.md ("Solve steps").
 """
@@ -33,7 +35,7 @@ from optimizer.instance import Instance
 from optimizer.solve.cache import ModelCache
 from optimizer.solve.operating import reoperate_slices
 from optimizer.solve.pricing import at_sizes, plan_cost, tangents
-from optimizer.solve.settings import Candidate, SolverSettings, SolveStep
+from optimizer.solve.settings import Bound, Candidate, Progress, SolverSettings, SolveStep
 from optimizer.units import Role
 
 MAX_ROOM_SOLVES = 4  # extra solves allowed to make room where whole replicas overflowed
@@ -54,9 +56,18 @@ class Context:
     log: list[SolveStep] = field(default_factory=list)
     bound_usd: float | None = None
     bound_flows: dict = field(default_factory=dict)  # the bound solve's flows: which pools carried load
+    bound_plan: Candidate | None = None  # the bound solve's flows made whole, fitting or not
     master_solves: int = 0
     timed_out: bool = False
     last_fit: Candidate | None = None  # the last repaired plan, fitting or not (tangents start there)
+    started: float = field(default_factory=time.perf_counter)
+    history: list[Progress] = field(default_factory=list)
+    bounds: list[Bound] = field(default_factory=list)
+    best_usd: float | None = None  # the best whole plan's cost so far
+    first_plan_s: float | None = None
+    master_duals: object = None  # the bound solve's row duals (`lagrange.from_duals`), with master_lp
+    master_lp: object = None
+    split: dict = field(default_factory=dict)
 
     @property
     def planned_solves(self) -> int:
@@ -66,12 +77,38 @@ class Context:
     def time_left(self) -> float:
         return self.deadline - time.perf_counter()
 
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    @property
+    def gap(self) -> float | None:
+        if self.best_usd is None or self.bound_usd is None or self.best_usd <= 0:
+            return None
+        return max(0.0, (self.best_usd - self.bound_usd) / self.best_usd)
+
+    def note(self, event: str, plan_usd: float | None = None, bound: Bound | None = None) -> None:
+        """Record a whole plan (kept if cheaper) or a lower bound (kept if higher)."""
+        if plan_usd is not None and (self.best_usd is None or plan_usd < self.best_usd):
+            self.best_usd = plan_usd
+            if self.first_plan_s is None:
+                self.first_plan_s = self.elapsed()
+        if bound is not None:
+            self.bounds.append(bound)
+            if self.bound_usd is None or bound.usd > self.bound_usd:
+                self.bound_usd = bound.usd
+        self.history.append(Progress(self.elapsed(), self.best_usd, self.bound_usd, event))
+
+    def progress_line(self, event: str) -> None:
+        gap = self.gap
+        self.say(f"[{self.elapsed():6.1f} s] plan ${self.best_usd:,.0f}, bound ${self.bound_usd:,.0f}, gap "
+                 + (f"{gap:.2%}" if gap is not None else "-") + f" — {event}")
+
 
 def _better(best: Candidate | None, new: Candidate) -> bool:
     return best is None or new.cost_usd < best.cost_usd - 1e-6
 
 
-def _fits(sol: Solution) -> bool:
+def fits(sol: Solution) -> bool:
     return not sol.gpus_short and not sol.kw_over
 
 
@@ -95,10 +132,12 @@ def _master_solve(ctx: Context, kind: str, coefficients: dict, best: Candidate |
     ctx.last_fit = new
     ctx.log.append(SolveStep(kind, out.status, out.objective, out.bound, time.perf_counter() - t, new.cost_usd))
     ctx.say(f"{kind} solve: {out.status}, linearised ${out.objective:,.0f}, whole plan ${new.cost_usd:,.0f}"
-            + ("" if _fits(sol) else " (overflows supply or power: solving again with room left)")
+            + ("" if fits(sol) else " (overflows supply or power: solving again with room left)")
             + f" ({time.perf_counter() - t:.1f} s)")
-    if not _fits(sol):
+    if not fits(sol):
         _reserve_room(ctx, sol, coefficients)
+    else:
+        ctx.note(kind, new.cost_usd)
     return new, out
 
 
@@ -134,9 +173,12 @@ def bound(ctx: Context, best: Candidate | None) -> Candidate | None:
     if done is None:
         return best
     new, out = done
-    ctx.bound_usd = float(out.bound)
+    ctx.note("bound", bound=Bound("master LP", float(out.bound), ctx.elapsed(),
+                                  "continuous replicas, each pool priced at its largest size's capacity"))
     ctx.bound_flows = ctx.cache.read(out.x).flows
-    return new if _fits(new.solution) and _better(best, new) else best
+    ctx.bound_plan = new
+    ctx.master_duals, ctx.master_lp = out.row_dual, ctx.cache.lp
+    return new if fits(new.solution) and _better(best, new) else best
 
 
 def dominant_pools(ctx: Context, best: Candidate | None) -> Candidate | None:
@@ -170,7 +212,7 @@ def dominant_pools(ctx: Context, best: Candidate | None) -> Candidate | None:
 
 
 def descend(ctx: Context, best: Candidate | None) -> Candidate | None:
-    coefficients = at_sizes(ctx.inst, ctx.guess)
+    coefficients = _no_dearer_than(ctx, at_sizes(ctx.inst, ctx.guess))
     limit = ctx.planned_solves + MAX_ROOM_SOLVES
     while ctx.master_solves < limit:
         if ctx.time_left() <= 0:
@@ -180,7 +222,7 @@ def descend(ctx: Context, best: Candidate | None) -> Candidate | None:
         if done is None:
             break
         new, _ = done
-        if _fits(new.solution):
+        if fits(new.solution):
             if not _better(best, new):
                 # the descent stalled — or priced pools so dearly that it left demand the
                 # bound's own plan serves (the 200-metro ladder step: $2.9 B of penalties)
@@ -194,6 +236,22 @@ def descend(ctx: Context, best: Candidate | None) -> Candidate | None:
     return best
 
 
+def _no_dearer_than(ctx: Context, coefficients: dict) -> dict:
+    """A pool priced at no more GPUs per request/s than the bound's whole plan spent in it: a
+    first guess too pessimistic about a pool, where an accelerator's supply is capped, would
+    otherwise leave demand unserved that the bound's own plan serves (the 200-metro ladder
+    step: $2.85 B of penalties)."""
+    if ctx.bound_plan is None:
+        return coefficients
+    sol, inst = ctx.bound_plan.solution, ctx.inst
+    out = dict(coefficients)
+    for key, y in sol.flows.items():
+        n = sol.replicas.get(key, 0)
+        if key in out and y > 1e-9 and n > 0:
+            out[key] = min(out[key], n * inst.pools[key[0]].gpus / y)
+    return out
+
+
 def reoperate(ctx: Context, best: Candidate | None) -> Candidate | None:
     """The passes need not fall monotonically (re-committing moves the free capacity), so
     all of them run; the cheapest plan is kept."""
@@ -205,7 +263,7 @@ def reoperate(ctx: Context, best: Candidate | None) -> Candidate | None:
             break
         t = time.perf_counter()
         new = reoperate_slices(ctx.inst, current)
-        if new is None or not _fits(new):
+        if new is None or not fits(new):
             break
         cost = plan_cost(ctx.inst, new)
         ctx.log.append(SolveStep("reoperate", "optimal", None, None, time.perf_counter() - t, cost))
@@ -213,6 +271,7 @@ def reoperate(ctx: Context, best: Candidate | None) -> Candidate | None:
         current = new
         if cost < best.cost_usd - 1e-6:
             best = Candidate(cost, new)
+            ctx.note("reoperate", cost)
     return best
 
 
@@ -240,16 +299,17 @@ def consolidate(ctx: Context, best: Candidate | None) -> Candidate | None:
         trial = closed | members[group]
         new = reoperate_slices(inst, best.solution, trial)
         tried += 1
-        if new is None or not _fits(new):
+        if new is None or not fits(new):
             continue
         cost = plan_cost(inst, new)
         if cost < best.cost_usd - 1e-6:
             best, closed, kept = Candidate(cost, new), trial, kept + 1
+            ctx.note("consolidate", cost)
     ctx.log.append(SolveStep("consolidate", "optimal", None, None, time.perf_counter() - t, best.cost_usd))
     ctx.say(f"closing small (site, workload) pool groups: {kept} of {tried} tried closed, whole plan "
             f"${best.cost_usd:,.0f} ({time.perf_counter() - t:.1f} s)")
     return best
 
 
-STEP_FUNCTIONS = {"bound": bound, "dominant_pools": dominant_pools, "descend": descend, "reoperate": reoperate,
-                  "consolidate": consolidate}
+FIRST_PLAN_FUNCTIONS = {"bound": bound, "dominant_pools": dominant_pools, "descend": descend, "reoperate": reoperate,
+                        "consolidate": consolidate}
