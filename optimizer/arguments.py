@@ -150,12 +150,20 @@ def network(n) -> None:
     n.add_argument("--edges-csv", help="export the graph as from,to,one_way_ms")
 
 
+def effort_flag(parser, text: str) -> None:
+    parser.add_argument("--effort", choices=["first", "quick", "thorough"], help=text)
+
+
 def plan(pl) -> None:
     pl.add_argument("scenario", nargs="?")
     pl.add_argument("--out", default="plan", help="plan folder to write (default ./plan)")
     pl.add_argument("--time-limit", type=field_value(Policy, "time_limit_s"),
                     help="seconds for the whole solve (default: the scenario's policy)")
     pl.add_argument("--mip-gap", type=field_value(Policy, "mip_gap"), help="target relative gap (default: the scenario's policy)")
+    effort_flag(pl, "quick: improve plan and bound for 60 s in all (default); thorough: for 10 min; "
+                    "first: stop at the first whole plan. --time-limit, where given, is the budget instead")
+    pl.add_argument("--workers", type=WORKERS, help="local processes for the slice programs (default: the cores, at most 8)")
+    pl.add_argument("--scheduler", help="address of a running Dask scheduler: slice programs run there")
     pl.add_argument("--threads", type=field_value(Policy, "threads"))
     pl.add_argument("--backend", choices=["highs", "pyomo"], default="highs",
                     help="hand the program to HiGHS directly (default) or through Pyomo's persistent interface")
@@ -189,6 +197,8 @@ def sweep(sw) -> None:
                     help="refresh a built model between runs of the same structure (faster; equal within the gap)")
     sw.add_argument("--time-limit", type=field_value(Policy, "time_limit_s"))
     sw.add_argument("--mip-gap", type=field_value(Policy, "mip_gap"))
+    effort_flag(sw, "first: each run stops at its first whole plan (default for sweeps); quick or thorough: each run "
+                    "improves plan and bound for 60 s or 10 min, or --time-limit")
     sw.add_argument("--quiet", action="store_true")
 
 

@@ -259,7 +259,8 @@ def cmd_plan(args) -> int:
     else:
         plan = make_plan(args.scenario, (args.set or []) + _calibration_override(args), time_limit_s=args.time_limit, mip_gap=args.mip_gap,
                          threads=args.threads, exact=args.exact, allow_unserved=args.allow_unserved,
-                         robust=args.robust, backend=args.backend, progress=progress)
+                         robust=args.robust, backend=args.backend, progress=progress, effort=args.effort,
+                         workers=args.workers, scheduler=args.scheduler)
     out = write_plan(plan, args.out, inputs=plan.inputs, extras=() if args.no_report else (write_report,))
     sm = plan.summary
     if args.json:
@@ -279,10 +280,12 @@ def _or_dash(value, fmt: str) -> str:
 def _plan_text(sm: dict, out) -> str:
     lines = [
         f"plan of '{sm['scenario']}' written to {out}",
-        f"  status {sm['status']}: cost ${sm['total_cost_usd']:,.0f}/year"
+        f"  cost ${sm['total_cost_usd']:,.0f}/year"
         + (f" + ${sm['unserved_penalty_usd']:,.0f} penalty for unserved demand" if sm["unserved_penalty_usd"] else "")
-        + f", proven bound ${sm['best_bound_usd']:,.0f}, gap {100 * sm['mip_gap']:.2f} % "
-        f"(target {100 * sm['mip_gap_target']:.2f} %)" + ("" if sm["proven_within_gap"] else " — NOT proven within the target"),
+        + f": {sm['quality']}; best bound ${sm['best_bound_usd']:,.0f} (a better plan could save at most "
+        f"${max(sm['objective_usd'] - sm['best_bound_usd'], 0):,.0f}/year)"
+        + (" — NOT proven: the time limit cut the solve short"
+           if sm["status"] == "time_limit" else ""),
         f"  {_or_dash(sm['cost_per_million_tokens_usd'], '${:.3f}')} per million goodput output tokens; "
         f"{sm['goodput_tokens_per_s_avg']:,.0f} tok/s on average, {sm['goodput_tokens_per_s_peak']:,.0f} at peak; "
         f"{_or_dash(sm['tokens_per_s_per_mw'], '{:,.0f}')} tok/s per MW",
@@ -303,7 +306,9 @@ def _plan_text(sm: dict, out) -> str:
             lines.append(f"    {k:20s} ${v:8.3f} per million output tokens")
     if sm["repair_violations"]:
         lines.append("  WARNING: " + "; ".join(sm["repair_violations"][:5]))
-    lines.append(f"  solved in {sm['solve_seconds']:.1f} s (build {sm['build_seconds']:.1f} s, hand-off {sm['handoff_seconds']:.1f} s)")
+    first = f", first whole plan at {sm['first_plan_seconds']:.1f} s" if sm.get("first_plan_seconds") is not None else ""
+    lines.append(f"  solved in {sm['solve_seconds']:.1f} s (build {sm['build_seconds']:.1f} s, hand-off "
+                 f"{sm['handoff_seconds']:.1f} s{first})")
     return "\n".join(lines)
 
 
@@ -316,7 +321,8 @@ def cmd_sweep(args) -> int:
         raise ScenarioError("give at least one --vary KEY=V1,V2,…", field="--vary")
     table = sweep(args.scenario, vary, "one-at-a-time" if args.one_at_a_time else "grid", executor=args.executor,
                   workers=args.workers, scheduler=args.scheduler, out=args.out, reuse=args.reuse,
-                  time_limit_s=args.time_limit, mip_gap=args.mip_gap, progress=not args.quiet)
+                  time_limit_s=args.time_limit, mip_gap=args.mip_gap, progress=not args.quiet,
+                  effort=args.effort or "first")
     cols = ["run_id", *vary, "status", "total_cost_usd", "cost_per_million_tokens_usd", "mip_gap", "wall_seconds"]
     shown = table[[c for c in cols if c in table]]
     print(shown.to_string(index=False, float_format=lambda x: f"{x:,.4g}"))

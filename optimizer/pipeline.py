@@ -28,26 +28,39 @@ from optimizer.scenario import (
     validate,
 )
 from optimizer.solve import SolverSettings, solve
+from optimizer.solve.settings import EFFORT_BUDGET_S, FIRST_PLAN_STEPS, STEPS
 
 UNSERVED_TOLERANCE = 1e-6
 
 
-def settings_from(s: Scenario, time_limit_s=None, mip_gap=None, threads=None, exact=None, backend="highs") -> SolverSettings:
+def settings_from(s: Scenario, time_limit_s=None, mip_gap=None, threads=None, exact=None, backend="highs",
+                  effort=None, workers=None, scheduler=None) -> SolverSettings:
+    """The solve's settings: a flag given here wins over the scenario's policy. The budget is
+    the time limit (flag, then scenario), else the effort's (`EFFORT_BUDGET_S`); the effort
+    "first" stops at the first whole plan."""
+    effort = effort or s.policy.effort
+    if time_limit_s is None:
+        time_limit_s = s.policy.time_limit_s if s.policy.time_limit_s is not None and effort == s.policy.effort \
+            else EFFORT_BUDGET_S[effort]
     return SolverSettings(
-        time_limit_s=time_limit_s if time_limit_s is not None else s.policy.time_limit_s,
+        time_limit_s=time_limit_s,
         mip_gap=mip_gap if mip_gap is not None else s.policy.mip_gap,
         threads=threads if threads is not None else s.policy.threads,
         exact=exact,
         backend=backend,
+        steps=FIRST_PLAN_STEPS if effort == "first" else STEPS,
+        workers=workers,
+        scheduler=scheduler,
     )
 
 
 def make_plan(path=None, overrides=(), *, time_limit_s=None, mip_gap=None, threads=None, exact=None,
-              allow_unserved=False, robust=False, backend="highs", progress=None) -> Plan:
+              allow_unserved=False, robust=False, backend="highs", progress=None, effort=None, workers=None,
+              scheduler=None) -> Plan:
     """Plan a scenario file (default: the reference scenario) with ``--set`` overrides;
     ``robust`` plans with the scenario's robust margins (`robust_plan`)."""
     s, raw = load_scenario(path, list(overrides))
-    settings = settings_from(s, time_limit_s, mip_gap, threads, exact, backend)
+    settings = settings_from(s, time_limit_s, mip_gap, threads, exact, backend, effort, workers, scheduler)
     if robust:
         return robust_plan(s, raw, settings, allow_unserved=allow_unserved, progress=progress)
     return plan_scenario(s, raw, settings, allow_unserved=allow_unserved, progress=progress)

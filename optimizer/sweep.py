@@ -142,6 +142,7 @@ class RunSpec:
     time_limit_s: float | None
     mip_gap: float | None
     reuse: bool
+    effort: str = "first"  # a sweep run stops at its first whole plan unless asked for more
 
 
 def run_batch(specs: list[RunSpec]) -> list[dict]:
@@ -161,7 +162,8 @@ def run_one(spec: RunSpec, cache=None) -> dict:
     row = {"run_id": run_id(spec.overrides), **spec.overrides}
     try:
         s, raw = load_scenario(spec.scenario, [f"{k}={v}" for k, v in spec.overrides.items()])
-        plan = plan_scenario(s, raw, settings_from(s, spec.time_limit_s, spec.mip_gap), cache=cache)
+        plan = plan_scenario(s, raw, settings_from(s, spec.time_limit_s, spec.mip_gap, effort=spec.effort,
+                                                              workers=1), cache=cache)
         sm = plan.summary
         row.update({f: sm.get(f) for f in SUMMARY_FIELDS})
         row.update({f"gpus_{g}": n for g, n in sm["gpus_by_type_peak"].items()})
@@ -238,8 +240,11 @@ class _Progress:
 
 def sweep(scenario=None, vary: dict[str, list] | None = None, mode: str = "grid", *, executor: str = "local",
           workers: int = 2, scheduler: str | None = None, out: str | Path | None = None, reuse: bool = False,
-          time_limit_s: float | None = None, mip_gap: float | None = None, progress: bool = True) -> pd.DataFrame:
+          time_limit_s: float | None = None, mip_gap: float | None = None, progress: bool = True,
+          effort: str = "first") -> pd.DataFrame:
     """Plan every run of the sweep (skipping runs already in ``out``) and return the table.
+    Each run stops at its first whole plan unless ``effort`` asks for more ("quick",
+    "thorough"; its slice programs then run in the run's own process).
 
     executor "local": a process pool of ``workers``; "dask": a Dask cluster at ``scheduler``
     (a local `dask.distributed` cluster of ``workers`` processes when none is given).
@@ -252,7 +257,7 @@ def sweep(scenario=None, vary: dict[str, list] | None = None, mode: str = "grid"
     check_values(scenario, vary)
     out_dir = folder_target(out if out is not None else "sweep", SWEEP, inputs=[scenario] if scenario else [])
     out_dir.mkdir(parents=True, exist_ok=True)
-    specs = [RunSpec(str(scenario) if scenario else None, o, time_limit_s, mip_gap, reuse) for o in runs]
+    specs = [RunSpec(str(scenario) if scenario else None, o, time_limit_s, mip_gap, reuse, effort) for o in runs]
     done = _done(out_dir)
     finished = {r["run_id"] for r in done}
     todo = [spec for spec in specs if run_id(spec.overrides) not in finished]

@@ -65,6 +65,11 @@ def plan_summary(s: Scenario, raw: RawScenario, inst: Instance, result: SolveRes
         "best_bound_usd": result.best_bound_usd,
         "mip_gap": result.mip_gap,
         "mip_gap_target": settings.mip_gap,
+        "quality": quality_words(result, settings.mip_gap),
+        "bounds": [asdict(b) for b in result.bounds],
+        "gap_split": result.split,
+        "gap_history": [asdict(p) for p in result.history],
+        "first_plan_seconds": result.first_plan_seconds,
         "mode": "exact" if result.exact else "master+repair",
         "total_cost_usd": total,
         "unserved_penalty_usd": unserved_penalty_usd(inst, sol),
@@ -99,6 +104,16 @@ def plan_summary(s: Scenario, raw: RawScenario, inst: Instance, result: SolveRes
         "settings": asdict(settings),
     }
     return summary
+
+
+def quality_words(result, target: float) -> str:
+    """The plan's quality in a planner's words: "optimal" (within the gap target of a proven
+    bound), else how far it may be from the best bound and where that bound comes from."""
+    if result.mip_gap <= target + 1e-12:
+        return "optimal" if result.mip_gap <= 1e-9 else f"optimal within the {100 * target:.2g} % target"
+    best = max(result.bounds, key=lambda b: b.usd, default=None)
+    source = f" (bound from the {best.source})" if best is not None else ""
+    return f"within {100 * result.mip_gap:.2f} % of the best bound{source}"
 
 
 def _fleet_hours(inst: Instance, sol):

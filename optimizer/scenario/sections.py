@@ -247,7 +247,11 @@ class Policy(Strict):
     k_nearest_sites: int = Field(4, ge=1, description="routing arcs per metro and workload")
     token_price_provider: str = Field(
         "reference", description="per-token price list (data/token_prices.csv) the plan's costs are compared with")
-    time_limit_s: float = Field(60.0, gt=0, le=1e7, description="seconds for the whole solve (at most ~116 days)")
+    time_limit_s: float | None = Field(None, gt=0, le=1e7,
+                                       description="seconds for the whole solve (at most ~116 days; default: the effort's)")
+    effort: Literal["first", "quick", "thorough"] = Field(
+        "quick", description="first: stop at the first whole plan; quick: improve plan and bound for 60 s in all; "
+                             "thorough: for 10 min (a time limit, where given, is the budget instead)")
     mip_gap: float = Field(0.005, gt=0, lt=1)
     threads: int | None = Field(None, ge=1, le=1024)
 
