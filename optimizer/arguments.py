@@ -203,9 +203,9 @@ def verify(vf) -> None:
                     help="peak (the busiest hour of each period), all, or PERIOD/DAYTYPE/HOUR,… (default peak)")
     vf.add_argument("--requests", type=REQUESTS, default=20000, help="simulated requests per (site, workload, slice)")
     seed_flag(vf)
-    vf.add_argument("--prefill-batch-tokens", type=BATCH_TOKENS, default=0, metavar="N",
-                    help="what-if: prefill servers batch waiting prompts up to N new tokens (default 0: one "
-                         "prompt at a time, as the plan sized them)")
+    vf.add_argument("--prefill-batch-tokens", type=BATCH_TOKENS, default=None, metavar="N",
+                    help="what-if: every prefill server batches waiting prompts up to N new tokens, 0 one prompt "
+                         "at a time (default: each pool as the plan sized it)")
     json_flag(vf)
     vf.add_argument("--trace", nargs="+", metavar="[WORKLOAD=]FILE",
                     help="also replay request logs (CSV, Parquet, JSON lines) instead of Poisson arrivals and "

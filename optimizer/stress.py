@@ -12,8 +12,9 @@ stay as planned; what changes is the world they meet:
     no such pool is unserved.
 
 Analytic evaluation, per nominal slice: each pool's load against its replicas under the
-perturbed curves — prefill pools by the Erlang C / Allen–Cunneen p99 wait (an overloaded pool
-serves only n / S̄ requests/s and misses TTFT), decode pools by their slots at the operating
+perturbed curves — prefill pools by the Erlang C / Allen–Cunneen p99 wait, batched ones at
+their own prompt budget (an overloaded pool serves only n / S̄ requests/s — n·k_B/S_B
+batched — and misses TTFT), decode pools by their slots at the operating
 batch (KV permitting) — and per routed arc the p99 TTFT and ITL paths as in slo.csv. A
 workload's attainment is the share of its demand (request-hours) on arcs that meet both
 objectives. With ``verify``, the perturbed plan folder is also simulated request by request.
@@ -193,13 +194,14 @@ def analyze(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             d["nic"] = min(d["nic"], c.nic_bytes_per_s if c is not None else 0.0)
             continue
         n = int(row.replicas)
-        capacity = n / c.service_mean_s if n and c is not None else 0.0
+        capacity = n * c.lane_rps() if n and c is not None else 0.0
         if lam <= 0:
             wait_ms, served = 0.0, 1.0
         elif lam >= capacity:
             wait_ms, served = math.inf, capacity / lam
         else:
-            wait_ms = float(wait_quantile_s(lam, n, c.service_mean_s, c.service_scv, w.slo_attainment)) * MS_PER_S
+            wait_ms = float(wait_quantile_s(lam, n, c.service_mean_s, c.service_scv, w.slo_attainment,
+                                            **c.batching())) * MS_PER_S
             served = 1.0
         if row.role == Role.COLOCATED and lam > 0:
             served = min(served, n * rps / lam)

@@ -182,6 +182,10 @@ class Serving(Strict):
     colocated_chunk_tokens: list[int] = Field(
         default_factory=lambda: [256, 512, 1024], description="chunked-prefill token budgets per iteration (colocated)"
     )
+    prefill_batch_tokens: list[int] = Field(
+        default_factory=lambda: [2048, 4096, 8192],
+        description="new-token budgets of batched prefill passes offered beside one prompt at a time (disaggregated)",
+    )
     speculative: Speculative = Field(default_factory=Speculative)
     tokenization_ms: float = Field(3.0, ge=0)
     safety_ms: float = Field(15.0, ge=0, description="input safety classifier")
@@ -220,6 +224,9 @@ class Serving(Strict):
         if not tiers or sorted(set(tiers)) != tiers or tiers[0] <= 0:
             raise ValueError(f"tier_rtt_ms must be a non-empty increasing list of positive RTT bounds in ms, e.g. "
                              f"[20, 45, 90, 180]; got {self.tier_rtt_ms}")
+        if any(b < 1 for b in self.prefill_batch_tokens):
+            raise ValueError(f"prefill_batch_tokens must list positive token budgets, e.g. [2048, 8192], or be empty; "
+                             f"got {self.prefill_batch_tokens}")
         if "colocated" in self.modes and (not self.colocated_chunk_tokens or min(self.colocated_chunk_tokens) < 1):
             raise ValueError(f"colocated_chunk_tokens must list positive token budgets, e.g. [256, 512, 1024]; "
                              f"got {self.colocated_chunk_tokens}")
