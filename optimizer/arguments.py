@@ -229,6 +229,9 @@ def stress(st) -> None:
     st.add_argument("--demand", type=factor, default=1.0, metavar="×F", help="scale every routed flow")
     st.add_argument("--rtt", type=factor, default=1.0, metavar="×F", help="scale every round trip")
     st.add_argument("--lose-site", metavar="ID", help="the site goes dark; its traffic moves to the nearest pools that can take it")
+    st.add_argument("--within-band", nargs="?", const="p90", choices=["p90", "draw"], metavar="p90|draw",
+                    help="efficiencies within the calibration's residual band: at each accelerator's p90 (default), "
+                         "or drawn from it with --seed")
     st.add_argument("--verify", action="store_true", help="also simulate the perturbed plan")
     st.add_argument("--requests", type=REQUESTS, default=2000, help="simulated requests per group with --verify")
     seed_flag(st)

@@ -257,20 +257,27 @@ class Policy(Strict):
 class Robust(Strict):
     """Margins `fleetplan plan --robust` plans with. The plan folder keeps the nominal
     scenario; its summary reports the margins and the price of robustness (the robust plan's
-    cost over the nominal plan's)."""
+    cost over the nominal plan's). Efficiencies are derated by ``efficiency_derate``, or —
+    when the scenario names a calibration file (``use_calibration_band`` unset), or always
+    (set true) — by each accelerator's calibration band (`optimizer.calibration.band`)."""
 
     demand_factor: float = Field(1.25, ge=1, le=5, description="demand at a high percentile of its forecast, × the nominal")
     efficiency_derate: float = Field(0.85, gt=0, le=1, description="prefill MFU, decode MBU and decode MFU × this")
     rtt_margin_ms: float = Field(10.0, ge=0, description="added to every round trip and latency tier bound")
+    use_calibration_band: bool | None = Field(
+        None, description="derate by the calibration's residual band instead of efficiency_derate: unset = when the "
+                          "scenario names a calibration file")
 
-    def overrides(self, s) -> list[str]:
-        """The margins as `--set` overrides on the nominal scenario ``s`` (a `Scenario`)."""
+    def overrides(self, s, banded: bool = False) -> list[str]:
+        """The margins as `--set` overrides on the nominal scenario ``s`` (a `Scenario`);
+        ``banded``: the calibration band derates the calibrated efficiencies, so only those
+        the scenario sets itself get ``efficiency_derate``."""
         d = self.efficiency_derate
+        derates = [f"serving.{name}=×{d}" for name in ("prefill_mfu", "decode_mbu", "decode_mfu")
+                   if not banded or getattr(s.serving, name) is not None]
         return [
             f"demand.scale={s.demand.scale * self.demand_factor}",
-            f"serving.prefill_mfu=×{d}",
-            f"serving.decode_mbu=×{d}",
-            f"serving.decode_mfu=×{d}",
+            *derates,
             f"network.access_rtt_ms={s.network.access_rtt_ms + self.rtt_margin_ms}",
             # the tiers move with the round trips: a metro keeps its tier, whose pools give
             # the margin up from their queueing budget (else one just inside a bound would
