@@ -195,7 +195,7 @@ class _PoolFactory:
         if key not in self._tables:
             # enough replicas to carry the workload's whole peak at half the utilisation cap
             rho = self.s.serving.prefill_max_utilization
-            size = math.ceil(self.peak_load[c.workload] * c.service_mean_s / (0.5 * rho)) + 8
+            size = math.ceil(self.peak_load[c.workload] / c.lane_rps() / (0.5 * rho)) + 8
             self._tables[key] = capacity_table(
                 min(size, self.s.serving.max_pool_replicas), c.service_mean_s, c.service_scv, budget_ms / 1e3,
                 rho, self.s.workloads[c.workload].slo_attainment, **c.batching(),

@@ -106,8 +106,11 @@ def full_pass(new_tokens, probability, budget_tokens: float) -> tuple[float, flo
         t = np.arange(r + 1)
         tokens[f] += float(np.dot(v[:r + 1], at_least[r - t + 1]))
     move /= move.sum(axis=1, keepdims=True)
-    law = np.linalg.lstsq(np.vstack((move.T - np.eye(states), np.ones(states))),
-                          np.concatenate((np.zeros(states), [1.0])), rcond=None)[0]
+    # stationary law: π = π·M with Σ π = 1 (the last balance equation, implied by the
+    # others, makes way for the normalisation)
+    system = move.T - np.eye(states)
+    system[-1] = 1.0
+    law = np.linalg.solve(system, np.concatenate((np.zeros(states - 1), [1.0])))
     law = np.clip(law, 0.0, None) / np.clip(law, 0.0, None).sum()
     return float(law @ taken), float(law @ tokens)
 

@@ -62,17 +62,19 @@ def erlang_c(servers, offered_load):
     return np.clip(c, 0.0, 1.0)
 
 
-def batch_prompts(arrival_rate, servers, mean_service_s, full_prompts=1.0, full_pass_s=None):
+def batch_prompts(arrival_rate, servers, mean_service_s, full_prompts=1.0, full_pass_s=None, bracket=None,
+                  iterations: int = 40):
     """Mean prompts per pass k of a batching pool, the fixed point of
     k = min(k_B, 1 + C·ρ²/(1 − ρ)) at ρ = λ·S(k)/(n·k) (module docstring); 1 without
-    batching (``full_prompts`` ≤ 1)."""
+    batching (``full_prompts`` ≤ 1). ``bracket`` = (low, high) arrays known to hold it (k
+    grows with λ, so the batches at a lower and a higher rate do)."""
     lam, n, s, kb = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in
                                           (arrival_rate, servers, mean_service_s, full_prompts)))
     sb = s if full_pass_s is None else np.broadcast_to(np.asarray(full_pass_s, dtype=float), s.shape)
     if np.all(kb <= 1.0):
         return np.ones_like(s)
-    lo, hi = np.ones_like(s), np.maximum(kb, 1.0)
-    for _ in range(40):  # the right side falls as k grows: bisection
+    lo, hi = (np.ones_like(s), np.maximum(kb, 1.0)) if bracket is None else bracket
+    for _ in range(iterations):  # the right side falls as k grows: bisection
         k = 0.5 * (lo + hi)
         per = per_prompt_s(k, s, kb, sb)
         rho = lam * per / n
@@ -93,19 +95,20 @@ def per_prompt_s(k, mean_service_s, full_prompts, full_pass_s):
 
 
 def wait_quantile_s(arrival_rate, servers, mean_service_s, service_scv, quantile=0.99, full_prompts=1.0,
-                    full_pass_s=None):
+                    full_pass_s=None, batch=None):
     """q-quantile of the wait before service starts (seconds); inf at or beyond saturation.
 
     t_q = (1 + c_s²)/2 · max(0, ln(C / (1 − q)) / (n/S̄ − λ)); for a batching pool
     (``full_prompts`` k_B > 1 prompts in a full pass of ``full_pass_s``) S̄ is S(k)/k at the
-    mean batch k (`batch_prompts`).
+    mean batch k (``batch``, else `batch_prompts`).
     """
     lam = np.asarray(arrival_rate, dtype=float)
     n = np.asarray(servers, dtype=float)
     s = np.asarray(mean_service_s, dtype=float)
     if np.any(np.asarray(full_prompts) > 1.0):
         sb = s if full_pass_s is None else full_pass_s
-        s = per_prompt_s(batch_prompts(lam, n, s, full_prompts, sb), s, full_prompts, sb)
+        k = batch_prompts(lam, n, s, full_prompts, sb) if batch is None else batch
+        s = per_prompt_s(k, s, full_prompts, sb)
     c = erlang_c(n, lam * s)
     drain = n / s - lam
     tail = 1.0 - np.asarray(quantile, dtype=float)
@@ -125,15 +128,19 @@ def slo_capacity_rps(servers, mean_service_s, service_scv, wait_budget_s, max_ut
                                                   (servers, mean_service_s, service_scv, wait_budget_s, full_prompts)))
     sb = s if full_pass_s is None else np.broadcast_to(np.asarray(full_pass_s, dtype=float), s.shape)
     top = max_utilization * n * np.maximum(kb, 1.0) / np.where(kb > 1.0, sb, s)
-    batch = dict(full_prompts=kb, full_pass_s=sb)
-    fits_top = wait_quantile_s(top, n, s, scv, quantile, **batch) <= budget
+    batching = dict(full_prompts=kb, full_pass_s=sb)
+    # the batch at the rates that bound λ brackets the batch at any rate between them, so each
+    # step of the bisection on λ needs only a few steps of the one on k
+    k_lo, k_hi = np.ones_like(top), batch_prompts(top, n, s, kb, sb)
+    fits_top = wait_quantile_s(top, n, s, scv, quantile, **batching, batch=k_hi) <= budget
     lo = np.zeros_like(top)
     hi = top.copy()
     for _ in range(50):
         mid = 0.5 * (lo + hi)
-        ok = wait_quantile_s(mid, n, s, scv, quantile, **batch) <= budget
-        lo = np.where(ok, mid, lo)
-        hi = np.where(ok, hi, mid)
+        k = batch_prompts(mid, n, s, kb, sb, bracket=(k_lo, k_hi), iterations=8)
+        ok = wait_quantile_s(mid, n, s, scv, quantile, **batching, batch=k) <= budget
+        lo, k_lo = np.where(ok, mid, lo), np.where(ok, k, k_lo)
+        hi, k_hi = np.where(ok, hi, mid), np.where(ok, k_hi, k)
     return np.where(budget < 0, 0.0, np.where(fits_top, top, lo))
 
 
