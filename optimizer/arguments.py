@@ -213,9 +213,9 @@ def verify(vf) -> None:
                     help="peak (the busiest hour of each period), all, or PERIOD/DAYTYPE/HOUR,… (default peak)")
     vf.add_argument("--requests", type=REQUESTS, default=20000, help="simulated requests per (site, workload, slice)")
     seed_flag(vf)
-    vf.add_argument("--prefill-batch-tokens", type=BATCH_TOKENS, default=0, metavar="N",
-                    help="what-if: prefill servers batch waiting prompts up to N new tokens (default 0: one "
-                         "prompt at a time, as the plan sized them)")
+    vf.add_argument("--prefill-batch-tokens", type=BATCH_TOKENS, default=None, metavar="N",
+                    help="what-if: every prefill server batches waiting prompts up to N new tokens, 0 one prompt "
+                         "at a time (default: each pool as the plan sized it)")
     json_flag(vf)
     vf.add_argument("--trace", nargs="+", metavar="[WORKLOAD=]FILE",
                     help="also replay request logs (CSV, Parquet, JSON lines) instead of Poisson arrivals and "
@@ -239,6 +239,9 @@ def stress(st) -> None:
     st.add_argument("--demand", type=factor, default=1.0, metavar="×F", help="scale every routed flow")
     st.add_argument("--rtt", type=factor, default=1.0, metavar="×F", help="scale every round trip")
     st.add_argument("--lose-site", metavar="ID", help="the site goes dark; its traffic moves to the nearest pools that can take it")
+    st.add_argument("--within-band", nargs="?", const="p90", choices=["p90", "draw"], metavar="p90|draw",
+                    help="efficiencies within the calibration's residual band: at each accelerator's p90 (default), "
+                         "or drawn from it with --seed")
     st.add_argument("--verify", action="store_true", help="also simulate the perturbed plan")
     st.add_argument("--requests", type=REQUESTS, default=2000, help="simulated requests per group with --verify")
     seed_flag(st)

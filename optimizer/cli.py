@@ -295,9 +295,12 @@ def _plan_text(sm: dict, out) -> str:
     ]
     if sm.get("robust"):
         r = sm["robust"]
-        lines.append(f"  robust plan (demand ×{r['demand_factor']:g}, efficiencies ×{r['efficiency_derate']:g}, "
+        derate = (f"efficiencies × each accelerator's p90 band of {Path(r['band_source']).name}" if r.get("band")
+                  else f"efficiencies ×{r['efficiency_derate']:g}")
+        lines.append(f"  robust plan (demand ×{r['demand_factor']:g}, {derate}, "
                      f"RTT +{r['rtt_margin_ms']:g} ms): {100 * r['price_of_robustness']:.1f} % above the nominal "
-                     f"plan's ${r['nominal_cost_usd']:,.0f}")
+                     f"plan's ${r['nominal_cost_usd']:,.0f}"
+                     + (f", {r['extra_gpus_peak']:+,} GPUs at peak" if r.get("extra_gpus_peak") is not None else ""))
     if sm.get("baseline_cost_usd"):
         lines.append(f"  hand-made baseline ${sm['baseline_cost_usd']:,.0f}/year: the plan saves "
                      f"{100 * sm['savings_vs_baseline']:.1f} %")
@@ -532,7 +535,8 @@ def cmd_stress(args) -> int:
 
     plan_folder_to_update(args.plan_dir)
     result = stress(args.plan_dir, args.perturb or [], demand_factor=args.demand, rtt_factor=args.rtt,
-                    lose_site=args.lose_site, verify=args.verify, requests=args.requests, seed=args.seed,
+                    lose_site=args.lose_site, within_band=args.within_band, verify=args.verify,
+                    requests=args.requests, seed=args.seed,
                     progress=None if args.json else (lambda m: print(m, file=sys.stderr)))
     write_stress(result, args.plan_dir)
     if args.json:

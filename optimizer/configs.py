@@ -10,6 +10,9 @@ Rules (reasons in the README's "Modelling choices"):
   mean context (prompt + half the output);
 - speculative decoding is offered on decode replicas; colocated replicas use chunked prefill
   and plain decoding;
+- a dedicated prefill replica serves one prompt at a time or, for each budget B in
+  `Serving.prefill_batch_tokens`, packs the waiting prompts into passes of up to B new
+  tokens (`optimizer.curves.prefill_batch`); the configs compete like any others;
 - the p99 prompt is assumed a cache miss unless nearly every request hits.
 """
 
@@ -24,6 +27,7 @@ from optimizer.curves.batching import decode_operating_point
 from optimizer.curves.cache import cache_kv_share, p99_cached_tokens
 from optimizer.curves.lengths import LengthDistribution, service_moments
 from optimizer.curves.memory import kv_budget_bytes, kv_replication, max_concurrency
+from optimizer.curves.prefill_batch import full_pass_s, p99_pass_s
 from optimizer.curves.roofline import (
     decode_step_time_s,
     mixed_step_time_s,
@@ -39,6 +43,7 @@ from optimizer.scenario import Accelerator, Model, Scenario, Serving, Workload
 from optimizer.units import Role
 
 BYTES_PER_VALUE = {"bf16": 2.0, "fp8": 1.0}
+MIN_BATCH_PROMPTS = 1.5  # a batching budget whose full pass holds fewer prompts on average gains too little
 
 
 def model_shape(m: Model) -> ModelShape:
@@ -170,6 +175,22 @@ class ServingConfig:
     weights_gb_per_gpu: float = 0.0
     max_concurrency: int = 0
     input_share: float = 0.0  # estimated share of the replica's busy time spent on prompts (prefill)
+    prefill_batch_tokens: int = 0  # prefill: 0 one prompt at a time, else the new-token budget of a pass
+    batch_prompts: float = 1.0  # batched prefill: mean prompts in a full pass (k_B)
+    batch_pass_ms: float = 0.0  # batched prefill: time of a full pass (S_B)
+
+    def batching(self) -> dict:
+        """The batching arguments of `optimizer.curves.queueing`'s wait and capacity functions."""
+        if not self.prefill_batch_tokens:
+            return {}
+        return {"full_prompts": self.batch_prompts, "full_pass_s": self.batch_pass_ms / 1e3}
+
+    def lane_rps(self) -> float:
+        """Requests/s one replica's prefill lane completes when never idle: 1/S̄, or with
+        batching k_B/S_B (full passes)."""
+        if self.prefill_batch_tokens and self.batch_prompts > 1.0:
+            return self.batch_prompts / (self.batch_pass_ms / 1e3)
+        return 1.0 / self.service_mean_s
 
 
 def _lengths(w: Workload, m: Model):
@@ -193,19 +214,34 @@ def _base(w: Workload, a: Accelerator, r: Replica, role: str, tag: str, s: Servi
 
 
 def prefill_config(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving,
-                   check_fit: bool = True) -> ServingConfig | None:
-    """A dedicated prefill replica: FIFO prompts, one at a time, cached prefixes resident
-    (None, unless ``check_fit`` is off, where the p99 prompt and the prefixes do not fit)."""
+                   check_fit: bool = True, batch_tokens: int = 0) -> ServingConfig | None:
+    """A dedicated prefill replica: FIFO prompts, one at a time or (``batch_tokens`` B > 0)
+    packed into passes of up to B new tokens, cached prefixes resident (None, unless
+    ``check_fit`` is off, where the p99 prompt — or a full pass — and the prefixes do not fit;
+    None where a budget cannot hold two prompts of the mix on average).
+
+    Batched: k_B prompts in a full pass of S_B (`prefill_batch.full_pass_s`) feed the queue
+    (`optimizer.curves.queueing`); the p99 prefill is the pass the p99 prompt may ride in,
+    `prefill_batch.p99_pass_s`."""
     isl, _ = _lengths(w, m)
-    kv_need = (w.isl_p99_tokens + s.resident_prefixes * w.shared_prefix_tokens) * r.kv_bytes_per_token * kv_replication(r.model, r.gpus)
+    in_pass = max(w.isl_p99_tokens, batch_tokens)
+    kv_need = (in_pass + s.resident_prefixes * w.shared_prefix_tokens) * r.kv_bytes_per_token * kv_replication(r.model, r.gpus)
     if check_fit and kv_budget_bytes(r) < kv_need:
         return None
     cached_p99 = p99_cached_tokens(w.prompt_cache_hit_rate, w.shared_prefix_tokens, w.slo_attainment)
     p99_s = float(prefill_time_s(r, w.isl_p99_tokens, cached_p99))
     mean_s, scv = service_moments(lambda t, c: prefill_time_s(r, t, c), isl, w.prompt_cache_hit_rate, w.shared_prefix_tokens)
+    batch = {}
+    if batch_tokens > 0:
+        prompts, pass_s = full_pass_s(r, isl, w.prompt_cache_hit_rate, w.shared_prefix_tokens, batch_tokens)
+        if check_fit and prompts < MIN_BATCH_PROMPTS:
+            return None
+        p99_s = p99_pass_s(r, isl, w.prompt_cache_hit_rate, w.shared_prefix_tokens, batch_tokens, w.isl_p99_tokens,
+                           cached_p99)
+        batch = dict(prefill_batch_tokens=int(batch_tokens), batch_prompts=prompts, batch_pass_ms=pass_s * 1e3)
     return ServingConfig(
-        **_base(w, a, r, "prefill", "prefill", s),
-        prefill_p99_ms=p99_s * 1e3, service_mean_s=mean_s, service_scv=scv, input_share=1.0,
+        **_base(w, a, r, "prefill", f"prefill-b{batch_tokens}" if batch_tokens else "prefill", s),
+        prefill_p99_ms=p99_s * 1e3, service_mean_s=mean_s, service_scv=scv, input_share=1.0, **batch,
     )
 
 
@@ -312,7 +348,7 @@ def colocated_at(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving, 
 
 def config_at(c, s: Scenario) -> ServingConfig | None:
     """A plan's config ``c`` (a `ServingConfig` or a curves.csv row: workload, gpu, gpus,
-    role, batch, chunk_tokens, speculative, speed) evaluated under scenario ``s`` with its
+    role, batch, chunk_tokens, speculative, speed, prefill_batch_tokens) evaluated under scenario ``s`` with its
     decisions held: what the same replicas do when an estimate behind them changes
     (`optimizer.stress`). The batch drops to what the KV budget still holds; None where the
     weights no longer fit."""
@@ -324,7 +360,7 @@ def config_at(c, s: Scenario) -> ServingConfig | None:
         return None
     role = get("role")
     if role == Role.PREFILL:
-        return prefill_config(w, m, a, r, s.serving, check_fit=False)
+        return prefill_config(w, m, a, r, s.serving, check_fit=False, batch_tokens=int(get("prefill_batch_tokens")))
     if role == Role.DECODE:
         ceiling = int(max_concurrency(r, w.isl_mean_tokens + w.osl_mean_tokens))
         batch = max(min(int(get("batch")), ceiling), 1)
@@ -342,7 +378,7 @@ def workload_configs(w: Workload, m: Model, a: Accelerator, s: Serving) -> list[
         if r is None or kv_budget_bytes(r) <= 0:
             continue
         if "disaggregated" in s.modes:
-            out.append(prefill_config(w, m, a, r, s))
+            out += [prefill_config(w, m, a, r, s, batch_tokens=b) for b in [0, *s.prefill_batch_tokens]]
             for speed in s.decode_speeds:
                 out.append(decode_config(w, m, a, r, s, speculative=False, speed=speed))
                 if s.speculative.enabled:

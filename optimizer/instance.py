@@ -173,6 +173,8 @@ def _per_gpu_scores(options: list[tuple[ServingConfig, float]], s: Scenario) -> 
         [b / 1e3 for _, b in options],
         s.serving.prefill_max_utilization,
         [s.workloads[c.workload].slo_attainment for c, _ in options],
+        [c.batch_prompts for c, _ in options],
+        [c.batch_pass_ms / 1e3 if c.prefill_batch_tokens else c.service_mean_s for c, _ in options],
     ) / n
     decode = np.array([c.decode_rps if c.role == Role.COLOCATED else np.inf for c, _ in options])
     gpus = np.array([c.gpus for c, _ in options], dtype=float)
@@ -193,10 +195,10 @@ class _PoolFactory:
         if key not in self._tables:
             # enough replicas to carry the workload's whole peak at half the utilisation cap
             rho = self.s.serving.prefill_max_utilization
-            size = math.ceil(self.peak_load[c.workload] * c.service_mean_s / (0.5 * rho)) + 8
+            size = math.ceil(self.peak_load[c.workload] / c.lane_rps() / (0.5 * rho)) + 8
             self._tables[key] = capacity_table(
                 min(size, self.s.serving.max_pool_replicas), c.service_mean_s, c.service_scv, budget_ms / 1e3,
-                rho, self.s.workloads[c.workload].slo_attainment,
+                rho, self.s.workloads[c.workload].slo_attainment, **c.batching(),
             )
         return self._tables[key]
 

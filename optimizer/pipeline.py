@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from optimizer.calibration import band
 from optimizer.checks import preflight
 from optimizer.diagnosis import diagnose
 from optimizer.errors import (
@@ -73,17 +74,38 @@ def robust_plan(s: Scenario, raw: RawScenario, settings: SolverSettings, *, allo
     say = progress or (lambda msg: None)
     say("nominal plan (for the price of robustness)")
     nominal = plan_scenario(s, raw, settings, allow_unserved=allow_unserved, progress=progress)
-    margins = s.robust.overrides(s)
+    rows = robust_band(s)
+    margins = s.robust.overrides(s, banded=bool(rows))
     robust_raw = apply_overrides(raw, margins)
+    if rows:
+        robust_raw.data["calibration"] = band.derated(robust_raw.data["calibration"], rows)
+        margins = margins + ["efficiencies × the calibration's p90 band per accelerator"]
     say("robust plan: " + ", ".join(margins))
     plan = plan_scenario(validate(robust_raw), robust_raw, settings, allow_unserved=allow_unserved, progress=progress)
     to_nominal_world(plan, s.robust.demand_factor, s.robust.rtt_margin_ms)
     plan.scenario_data = raw.data
     cost, base = plan.summary["total_cost_usd"], nominal.summary["total_cost_usd"]
+    gpus, base_gpus = (sum(p.summary["gpus_by_type_peak"].values()) for p in (plan, nominal))
     plan.summary.update(scenario_sha256=raw.sha256(), overrides=list(raw.overrides), robust={
         **s.robust.model_dump(), "margins": margins, "nominal_cost_usd": base,
-        "price_of_robustness": cost / base - 1 if base else None})
+        "price_of_robustness": cost / base - 1 if base else None,
+        "nominal_gpus_peak": base_gpus, "extra_gpus_peak": gpus - base_gpus,
+        "band": band.summary_rows(rows) if rows else None,
+        "band_source": (s.serving.calibration.file or "shipped defaults") if rows else None})
     return plan
+
+
+def robust_band(s: Scenario) -> list[dict]:
+    """The calibration band a robust plan derates with (`optimizer.calibration.band`, kinds
+    without a spread at ``robust.efficiency_derate``), or [] for the fixed derate: the band
+    is used when ``robust.use_calibration_band`` says so, or (unset) when the scenario names
+    a calibration file."""
+    wanted = s.robust.use_calibration_band
+    if wanted is None:
+        wanted = s.serving.calibration.file is not None
+    if not wanted or not band.has_band(s):
+        return []
+    return band.band(s, fallback=s.robust.efficiency_derate)
 
 
 def plan_scenario(s: Scenario, raw: RawScenario, settings: SolverSettings, *, allow_unserved=False, progress=None,

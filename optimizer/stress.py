@@ -9,11 +9,15 @@ stay as planned; what changes is the world they meet:
   * RTTs × F;
   * the loss of a site: its traffic goes, metro by metro, to the nearest other site with a
     pool of that workload in a tier the metro can use (existing replicas only); what finds
-    no such pool is unserved.
+    no such pool is unserved;
+  * the calibration's error band (``within_band``): each accelerator's efficiencies at the
+    slow edge of its parameter set's residual spread (``p90``), or drawn from it (``draw``,
+    seeded) — `optimizer.calibration.band`.
 
 Analytic evaluation, per nominal slice: each pool's load against its replicas under the
-perturbed curves — prefill pools by the Erlang C / Allen–Cunneen p99 wait (an overloaded pool
-serves only n / S̄ requests/s and misses TTFT), decode pools by their slots at the operating
+perturbed curves — prefill pools by the Erlang C / Allen–Cunneen p99 wait, batched ones at
+their own prompt budget (an overloaded pool serves only n / S̄ requests/s — n·k_B/S_B
+batched — and misses TTFT), decode pools by their slots at the operating
 batch (KV permitting) — and per routed arc the p99 TTFT and ITL paths as in slo.csv. A
 workload's attainment is the share of its demand (request-hours) on arcs that meet both
 objectives. With ``verify``, the perturbed plan folder is also simulated request by request.
@@ -32,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from optimizer.budget import colocated_path, disaggregated_path, transfer_ms
+from optimizer.calibration import band
 from optimizer.configs import config_at, kv_bytes_per_token
 from optimizer.curves.queueing import wait_quantile_s
 from optimizer.errors import ScenarioError, unknown_id_message
@@ -73,14 +78,19 @@ def expand(data: dict, perturb: list[str]) -> list[str]:
     return out
 
 
-def perturbed_folder(plan_dir, out_dir, perturb=(), demand_factor=1.0, rtt_factor=1.0, lose_site=None) -> Path:
+def perturbed_folder(plan_dir, out_dir, perturb=(), demand_factor=1.0, rtt_factor=1.0, lose_site=None,
+                     within_band=None, seed=0) -> Path:
     """A copy of the plan folder in a perturbed world: scenario.json with the perturbed
-    estimates, routing and pools with the scaled (and, for a lost site, re-routed) flows."""
+    estimates (and efficiencies within the calibration band), routing and pools with the
+    scaled (and, for a lost site, re-routed) flows."""
     src = Path(plan_dir)
     plan = read_plan(src)
     raw = RawScenario(plan.scenario_data, {}, src / "scenario.json")
     raw = apply_overrides(raw, expand(raw.data, list(perturb)), flag="--perturb")
     s = validate(raw)
+    rows = []
+    if within_band:
+        rows, s = _within_band(raw, s, within_band, seed)
     routing = plan.tables["routing"].copy()
     pools = plan.tables["pools"]
     pools = pools[pools["lost_site"].isna()].copy()
@@ -98,13 +108,25 @@ def perturbed_folder(plan_dir, out_dir, perturb=(), demand_factor=1.0, rtt_facto
     out.mkdir(parents=True)
     (out / "scenario.json").write_text(json.dumps(raw.data, indent=1, sort_keys=True, default=str))
     summary = dict(plan.summary, stress={"perturb": list(perturb), "demand_factor": demand_factor,
-                                         "rtt_factor": rtt_factor, "lose_site": lose_site})
+                                         "rtt_factor": rtt_factor, "lose_site": lose_site, "within_band": within_band,
+                                         "band": band.summary_rows(rows)})
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     tables = dict(plan.tables, routing=routing, pools=pools)
     for name in TABLES:
         tables[name].to_csv(out / f"{name}.csv", index=False, float_format="%.12g")
     unserved.to_csv(out / "unserved.csv", index=False)
     return out
+
+
+def _within_band(raw: RawScenario, s: Scenario, mode: str, seed: int) -> tuple[list[dict], Scenario]:
+    """Put each used parameter set's efficiencies at its band (``p90``) or a draw from it
+    (``draw``) into ``raw``; (the band rows, the scenario revalidated)."""
+    rows = band.band(s) if mode == "p90" else band.drawn(s, seed)
+    if not any(f is not None for row in rows for f in row["factors"].values()):
+        raise ScenarioError("the plan's calibration records no residual spread for its accelerators (write one with "
+                            "fleetplan calibrate, and plan with it)", field="--within-band")
+    raw.data["calibration"] = band.derated(raw.data.get("calibration") or s.serving.calibration.model_dump(), rows)
+    return rows, validate(raw)
 
 
 def _tier_of(rtt_ms: float, bands: list[float]) -> int | None:
@@ -193,13 +215,14 @@ def analyze(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             d["nic"] = min(d["nic"], c.nic_bytes_per_s if c is not None else 0.0)
             continue
         n = int(row.replicas)
-        capacity = n / c.service_mean_s if n and c is not None else 0.0
+        capacity = n * c.lane_rps() if n and c is not None else 0.0
         if lam <= 0:
             wait_ms, served = 0.0, 1.0
         elif lam >= capacity:
             wait_ms, served = math.inf, capacity / lam
         else:
-            wait_ms = float(wait_quantile_s(lam, n, c.service_mean_s, c.service_scv, w.slo_attainment)) * MS_PER_S
+            wait_ms = float(wait_quantile_s(lam, n, c.service_mean_s, c.service_scv, w.slo_attainment,
+                                            **c.batching())) * MS_PER_S
             served = 1.0
         if row.role == Role.COLOCATED and lam > 0:
             served = min(served, n * rps / lam)
@@ -278,15 +301,18 @@ def _by_workload(s: Scenario, arcs: pd.DataFrame, unserved: pd.DataFrame, weight
     return pd.DataFrame(rows)
 
 
-def stress(plan_dir, perturb=(), *, demand_factor=1.0, rtt_factor=1.0, lose_site=None, verify=False,
+def stress(plan_dir, perturb=(), *, demand_factor=1.0, rtt_factor=1.0, lose_site=None, within_band=None, verify=False,
            requests=2000, seed=0, keep=None, progress=None) -> StressResult:
-    """Evaluate a plan folder under perturbed estimates (see the module docstring)."""
+    """Evaluate a plan folder under perturbed estimates (see the module docstring);
+    ``within_band``: None, "p90" or "draw" (seeded by ``seed``)."""
     work = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="fleetplan-stress-"))
     try:
-        folder = perturbed_folder(plan_dir, work, perturb, demand_factor, rtt_factor, lose_site)
+        folder = perturbed_folder(plan_dir, work, perturb, demand_factor, rtt_factor, lose_site, within_band, seed)
         table, arcs = analyze(folder)
+        recorded = json.loads((folder / "summary.json").read_text())["stress"]
         summary = {
             "perturb": list(perturb), "demand_factor": demand_factor, "rtt_factor": rtt_factor, "lose_site": lose_site,
+            "within_band": within_band, "band": recorded["band"],
             "attainment_min": float(table["attainment"].min()) if len(table) else 1.0,
             "unserved_fraction_max": float(table["unserved_fraction"].max()) if len(table) else 0.0,
             "all_objectives_met": bool(table["passes"].all()) if len(table) else True,

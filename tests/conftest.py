@@ -33,14 +33,18 @@ def write_scenario(tmp_path):
 @pytest.fixture(scope="session")
 def report_plan(tmp_path_factory):
     """tests/data/report.yaml planned (two sites of 4-GPU nodes, two workloads, on-demand
-    nodes, a warm pool), then verified, stressed and operated, and its report written again
-    with those results: the plan folder every report test reads."""
+    nodes, a warm pool) with a calibration file fitted to the shipped example H100 table,
+    then verified, stressed and operated, and its report written again with those results:
+    the plan folder every report test reads."""
     from optimizer.cli import main
     from optimizer.report import write_report
 
-    out = tmp_path_factory.mktemp("report") / "plan"
+    root = tmp_path_factory.mktemp("report")
+    out, calibration = root / "plan", root / "h100.yaml"
+    example = Path(__file__).parent.parent / "data" / "calibration" / "example_h100.csv"
+    assert main(["calibrate", str(example), "--out", str(calibration)]) == 0
     assert main(["plan", str(Path(__file__).parent / "data" / "report.yaml"), "--out", str(out), "--quiet",
-                 "--master"]) == 0
+                 "--master", "--calibration", str(calibration)]) == 0
     assert main(["verify", str(out), "--requests", "300"]) in (0, 7)
     assert main(["stress", str(out), "--demand", "×1.2"]) in (0, 7)
     assert main(["operate", str(out)]) in (0, 7)

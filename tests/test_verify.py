@@ -17,6 +17,7 @@ import pytest
 
 from optimizer.configs import make_replica
 from optimizer.curves.memory import kv_budget_bytes
+from optimizer.curves.prefill_batch import pass_time_s
 from optimizer.curves.queueing import erlang_c, wait_quantile_s
 from optimizer.curves.roofline import decode_step_time_s, prefill_time_s
 from optimizer.curves.speculative import expected_tokens_per_step
@@ -99,18 +100,18 @@ def test_fifo_pool_p99_for_mdc_is_allen_cunneen_within_20_percent(c, rho):
 
 def test_batched_prefill_takes_waiting_prompts_up_to_the_token_budget():
     """Three prompts wait behind a busy server: with a 2,500-token budget the first two go
-    together in one pass of batch_service(total), the third alone; switched off, one by one."""
+    together in one pass of batch_service(their tokens), the third alone; switched off, one by one."""
     arrivals = [0.0, 0.1, 0.2, 0.3]
     tokens = [1000, 1000, 1000, 1000]
     service = [1.0, 1.0, 1.0, 1.0]
     calls = []
 
     def batch(tok, cac):
-        calls.append(tok)
+        calls.append(list(tok))
         return 1.5
 
     start, end = fifo_pool(arrivals, 1, service, tokens=tokens, batch_tokens=2500, batch_service=batch)
-    assert calls == [2000]
+    assert calls == [[1000, 1000]]
     assert list(start) == [0.0, 1.0, 1.0, 2.5]
     assert list(end) == [1.0, 2.5, 2.5, 3.5]
     start, end = fifo_pool(arrivals, 1, service, tokens=tokens, batch_tokens=0, batch_service=batch)
@@ -130,7 +131,7 @@ def test_batched_prefill_shortens_waits_when_prefill_is_memory_bound(reference):
     arrivals = np.cumsum(rng.exponential(one / 1.5, n))  # 1.5 servers' worth of one-at-a-time work
     tokens = np.full(n, 32)
     service = prefill_time_s(r, tokens)
-    kw = dict(tokens=tokens, batch_service=lambda t, c: prefill_time_s(r, t, c))
+    kw = dict(tokens=tokens, batch_service=lambda t, c: pass_time_s(r, t, c))
     on, _ = fifo_pool(arrivals, 1, service, batch_tokens=8192, **kw)
     off, _ = fifo_pool(arrivals, 1, service, batch_tokens=0, **kw)
     assert np.quantile(on - arrivals, 0.99) < one * 5
@@ -279,19 +280,24 @@ def test_an_adequate_plan_passes_and_a_cut_one_fails(tiny_plans):
 
 
 def test_a_disaggregated_plan_keeps_its_promise_with_and_without_batched_prefill(tmp_path):
-    """B200 prefill → H100 decode: prefill queue, KV transfer and decode pool all run; the
-    prefill batching switch changes the numbers but not the verdict."""
-    d = write_plan(make_plan(HETERO, exact=True), tmp_path / "hetero")
+    """B200 prefill → H100/H200 decode: prefill queue, KV transfer and decode pool all run.
+    The plan packs chat prompts into passes of up to 4,096 tokens; verify simulates that
+    budget by default (its prediction holds), and the what-if switch (one prompt at a time)
+    changes the numbers but not the verdict."""
+    plan = make_plan(HETERO, exact=True)
+    assert set(plan.tables["curves"].query("role == 'prefill'")["prefill_batch_tokens"]) == {4096}
+    d = write_plan(plan, tmp_path / "hetero")
     rows = {}
-    for tokens in (0, 8192):
+    for tokens in (None, 4096, 0):
         res = verify_plan(d, requests=3000, seed=0, prefill_batch_tokens=tokens)
-        assert res.summary["prefill_batch_tokens"] == tokens
+        assert res.summary["prefill_batch_tokens"] == ("as planned" if tokens is None else tokens)
         row = rows[tokens] = res.tables["by_pool"].iloc[0]
         assert row["ttft_pass"] and row["itl_pass"]
         assert row["ttft_p99_ms"] <= row["ttft_p99_ms_predicted"]
         assert row["itl_p99_ms"] <= row["itl_p99_ms_predicted"]
         assert row["ttft_p50_ms"] > 13.5 + 23.0  # RTT + fixed overheads, plus the pipeline
-    assert rows[0]["ttft_p99_ms"] != rows[8192]["ttft_p99_ms"]
+    assert rows[None]["ttft_p99_ms"] == rows[4096]["ttft_p99_ms"]
+    assert rows[0]["ttft_p99_ms"] != rows[4096]["ttft_p99_ms"]
 
 
 def test_same_seed_same_tables_other_seed_other_numbers(tiny_plans):

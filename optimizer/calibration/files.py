@@ -15,10 +15,13 @@ YAML (``.yaml``/``.yml``) or JSON (any other name), written atomically by
         …                      # every parameter of `params.ParameterSet`
         spread: {prefill: {points: 40, median_abs_error: 0.03, p90_abs_error: 0.07, median_log_ratio: 0.0}}
     residuals: {fit: [...], holdout: [...]}   # per kind and per table, for the record
+    points:                    # every measured point with its prediction (`params.CalibrationPoint`)
+      - {table: example_h100.csv, kind: prefill, split: fit, accelerator: h100-sxm, …, measured_ms: 41.2, predicted_ms: 40.7}
 
 A scenario names one with a top-level ``calibration: FILE`` (relative to the scenario); its
-content, not its path, is what the resolved scenario records (`calibration_data`), so a plan
-folder's scenario.json is self-contained.
+content, not its path, is what the resolved scenario records (`calibration_data`: the
+parameter sets, the points and the residual table), so a plan folder's scenario.json is
+self-contained and its report can draw the calibration.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from optimizer.calibration.params import PARAMETERS, ParameterSet, entry_from_row, shipped_rows
+from optimizer.calibration.params import PARAMETERS, CalibrationPoint, ParameterSet, entry_from_row, shipped_rows
 from optimizer.errors import Origin, ScenarioError
 
 FORMAT_VERSION = 1
@@ -45,6 +48,13 @@ def _is_yaml(path: Path) -> bool:
 
 def read_calibration(path: str | Path) -> tuple[list[ParameterSet], str]:
     """A calibration file → its parameter sets (origin = the file) and the sha256 of its bytes."""
+    entries, sha, _ = read_calibration_record(path)
+    return entries, sha
+
+
+def read_calibration_record(path: str | Path) -> tuple[list[ParameterSet], str, dict]:
+    """`read_calibration`, and the file's measured points (checked) and residual table:
+    {"points": [...], "residuals": {...}}."""
     path = Path(path)
     try:
         data = path.read_bytes()
@@ -71,13 +81,26 @@ def read_calibration(path: str | Path) -> tuple[list[ParameterSet], str]:
         if unknown:
             raise ScenarioError(f"unknown field; expected among {', '.join(('accelerator', 'engine', 'dtype', *PARAMETERS, 'spread'))}",
                                 where, field=unknown[0])
-        try:
-            out.append(ParameterSet(**entry, origin=path.name))
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            raise ScenarioError(err["msg"].removeprefix("Value error, ") + f"; got {err.get('input')!r}", where,
-                                field=".".join(str(p) for p in err["loc"])) from None
-    return out, hashlib.sha256(data).hexdigest()
+        out.append(_checked(ParameterSet, dict(entry, origin=path.name), where))
+    points = doc.get("points") or []
+    if not isinstance(points, list):
+        raise ScenarioError("expected a list of measured points", Origin(str(path)), field="points")
+    checked = [_checked(CalibrationPoint, p, Origin(str(path), None, f"points[{i}]")).model_dump()
+               for i, p in enumerate(points)]
+    residuals = doc.get("residuals") if isinstance(doc.get("residuals"), dict) else {}
+    return out, hashlib.sha256(data).hexdigest(), {"points": checked, "residuals": residuals}
+
+
+def _checked(model, value, where: Origin):
+    """``model(**value)``, or the first validation problem as a `ScenarioError` at ``where``."""
+    if not isinstance(value, dict):
+        raise ScenarioError(f"expected a mapping, got {value!r}", where, field=where.label)
+    try:
+        return model(**value)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ScenarioError(err["msg"].removeprefix("Value error, ") + f"; got {err.get('input')!r}", where,
+                            field=".".join(str(p) for p in err["loc"])) from None
 
 
 def calibration_data(value, scenario_path: Path, line: int | None = None) -> dict:
@@ -85,6 +108,7 @@ def calibration_data(value, scenario_path: Path, line: int | None = None) -> dic
     any) ahead of the shipped defaults, plus the file's name and sha256."""
     entries: list[dict] = []
     file = sha = None
+    record: dict = {}
     if value is not None:
         if not isinstance(value, str) or not value.strip():
             raise ScenarioError(f"expected the path of a calibration file (fleetplan calibrate --out), got {value!r}",
@@ -92,11 +116,11 @@ def calibration_data(value, scenario_path: Path, line: int | None = None) -> dic
         path = (scenario_path.parent / value).resolve()
         if not path.is_file():
             raise ScenarioError(f"no calibration file at {path}", Origin(str(scenario_path), line), field="calibration")
-        sets, sha = read_calibration(path)
+        sets, sha, record = read_calibration_record(path)
         entries = [e.model_dump() for e in sets]
         file = str(path)
     entries += [entry_from_row(row).model_dump() for row in shipped_rows()]
-    return {"file": file, "sha256": sha, "entries": entries}
+    return {"file": file, "sha256": sha, "entries": entries, **record}
 
 
 def attach(raw, path: str | Path) -> None:
@@ -105,7 +129,8 @@ def attach(raw, path: str | Path) -> None:
     raw.data["calibration"] = calibration_data(str(Path(path).resolve()), Path.cwd() / "cli")
 
 
-def write_calibration(path: str | Path, entries: list[ParameterSet], inputs: list[dict], residuals: dict) -> None:
+def write_calibration(path: str | Path, entries: list[ParameterSet], inputs: list[dict], residuals: dict,
+                      points: list[CalibrationPoint] = ()) -> None:
     """Write the calibration file atomically (temporary file in the same folder, then rename)."""
     path = Path(path)
     doc = {
@@ -114,6 +139,7 @@ def write_calibration(path: str | Path, entries: list[ParameterSet], inputs: lis
         "inputs": inputs,
         "entries": [e.model_dump(exclude={"origin"}) for e in entries],
         "residuals": residuals,
+        "points": [p.model_dump() for p in points],
     }
     text = yaml.safe_dump(doc, sort_keys=False) if _is_yaml(path) else json.dumps(doc, indent=2) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -121,13 +122,34 @@ def _match_rank(entry: ParameterSet, accelerator: str, engine: str | None, dtype
     return (entry.accelerator == "*") * 4 + (engine is not None and entry.engine == "*") * 2 + (entry.dtype == "*")
 
 
+class CalibrationPoint(BaseModel):
+    """One measured point a calibration file was fitted to (``split`` "fit") or scored on
+    ("held-out"), with the latency its parameters predict — what the report's
+    predicted-vs-measured plot and residual table are drawn from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    table: str
+    kind: Literal[KINDS]
+    split: Literal["fit", "held-out"]
+    accelerator: str
+    engine: str = "*"
+    dtype: str = "*"
+    model: str = ""
+    tp: int = Field(1, ge=1)
+    measured_ms: float = Field(gt=0)
+    predicted_ms: float = Field(gt=0)
+
+
 class Calibration(BaseModel):
-    """Parameter sets in precedence order (a calibration file's, then the shipped ones)."""
+    """Parameter sets in precedence order (a calibration file's, then the shipped ones); with
+    a file, its measured points and residual table too."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     entries: list[ParameterSet] = Field(default_factory=list)
     file: str | None = Field(None, description="the calibration file a scenario named, if any")
     sha256: str | None = Field(None, description="sha256 of that file's content")
+    points: list[CalibrationPoint] = Field(default_factory=list, description="the file's measured points")
+    residuals: dict = Field(default_factory=dict, description="the file's residual table (fit and held out)")
 
     def lookup(self, accelerator: str, dtype: str, engine: str | None = None) -> ParameterSet:
         origins = list(dict.fromkeys(e.origin for e in self.entries))

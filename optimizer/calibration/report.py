@@ -10,7 +10,7 @@ import pandas as pd
 from optimizer.calibration.files import write_calibration
 from optimizer.calibration.fit import CalibrationResult, calibrate, residual_table
 from optimizer.calibration.model import check_ids, shipped_catalogue
-from optimizer.calibration.params import PARAMETERS
+from optimizer.calibration.params import PARAMETERS, CalibrationPoint
 from optimizer.calibration.tables import read_tables, table_digest
 
 
@@ -34,7 +34,8 @@ def run(paths: list[str], out: str, holdout: float = 0.2, seed: int = 0, context
     result = calibrate(table, holdout=holdout, seed=seed)
     entries = [g.entry(source="fleetplan calibrate: " + ", ".join(sorted(set(g.train["table"])))) for g in result.groups]
     residuals = {split: _stats(result.rows(split), ["table", "kind"]) for split in ("train", "holdout")}
-    write_calibration(out, entries, table_digest(paths), {"fit": residuals["train"], "holdout": residuals["holdout"]})
+    write_calibration(out, entries, table_digest(paths), {"fit": residuals["train"], "holdout": residuals["holdout"]},
+                      points(result))
     if plot:
         write_plot(result, Path(plot))
     return {
@@ -45,6 +46,19 @@ def run(paths: list[str], out: str, holdout: float = 0.2, seed: int = 0, context
         "holdout": per_kind(result, "holdout"),
         "residuals": residuals,
     }
+
+
+def points(result: CalibrationResult) -> list[CalibrationPoint]:
+    """Every scored point, fitted and held out, as the calibration file records it."""
+    out = []
+    for split, label in (("train", "fit"), ("holdout", "held-out")):
+        rows = result.rows(split)
+        for r in rows.to_dict("records") if len(rows) else []:
+            out.append(CalibrationPoint(table=r["table"], kind=r["kind"], split=label, accelerator=r["accelerator"],
+                                        engine=str(r["engine"]), dtype=str(r["weight_dtype"]), model=str(r["model"]),
+                                        tp=int(r["tp"]), measured_ms=float(r["measured_ms"]),
+                                        predicted_ms=float(r["predicted_ms"])))
+    return out
 
 
 def text(summary: dict) -> str:

@@ -113,6 +113,9 @@ def read_table(path: Path, columns: tuple[Column, ...]) -> pd.DataFrame:
             digits = [int(w) for w in detail.replace(",", " ").split() if w.isdigit()]
             line = digits[-2] if len(digits) >= 2 else None
         raise ScenarioError(f"not a readable CSV table ({detail[:120]})", Origin(str(path), line)) from None
+    for col in columns:
+        if col.default is not None and col.name not in frame.columns:
+            frame[col.name] = str(col.default)
     missing = [c.name for c in columns if c.name not in frame.columns]
     if missing:
         raise ScenarioError(f"missing column(s) {', '.join(missing)}; the file may be truncated or from another "

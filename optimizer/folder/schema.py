@@ -21,7 +21,8 @@ MAX_MS = 1e9
 @dataclass(frozen=True)
 class Column:
     """kind: text | int | float | bool. ``empty``: the cell may be empty (a text column
-    then reads as missing, a number column as NaN)."""
+    then reads as missing, a number column as NaN). ``default``: the value of every row
+    when the column is absent (folders written before it existed)."""
 
     name: str
     kind: str
@@ -29,6 +30,7 @@ class Column:
     high: float | None = None
     empty: bool = False
     choices: tuple[str, ...] | None = None
+    default: float | None = None
 
     def expected(self) -> str:
         if self.choices:
@@ -91,6 +93,7 @@ TABLE_COLUMNS: dict[str, tuple[Column, ...]] = {
         _float("speed", 0, 1), _float("decode_tokens_per_s", 0, 1e12), _float("kv_budget_gb", -1e6, 1e6),
         _float("weights_gb_per_gpu", 0, 1e6), _int("max_concurrency", 0, 100_000_000), _float("input_share", 0, 1),
         _float("service_mean_ms", 0, MAX_MS), _float("nic_gb_s", 0, 1e6),
+        Column("prefill_batch_tokens", "int", 0, 10_000_000, default=0),
     ),
 }
 

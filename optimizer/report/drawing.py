@@ -197,6 +197,47 @@ def bars(frame: pd.DataFrame, category: str, value: str, series: str, axes: Axes
     return static, out
 
 
+def scatter(frame: pd.DataFrame, x: str, y: str, series: str, axes: Axes, *, hover: str | None = None,
+            hollow: str | None = None, ratios: Sequence[float] = ()) -> tuple[bytes, go.Figure]:
+    """Points of ``y`` against ``x`` on log–log axes, one colour per ``series`` (hollow markers
+    where the boolean column ``hollow`` is true), with the lines y = r·x for each of ``ratios``
+    (r = 1 solid, the others dotted)."""
+    colour = colours(frame[series])
+    lo = float(min(frame[x].min(), frame[y].min())) / 1.3
+    hi = float(max(frame[x].max(), frame[y].max())) * 1.3
+    fig, ax = static_figure(axes.height_in)
+    ax = ax[0][0]
+    for (name, open_), part in frame.groupby([series, hollow] if hollow else [series, pd.Series(False, frame.index)],
+                                             sort=False):
+        ax.scatter(part[x], part[y], s=16, facecolors="none" if open_ else colour[name], edgecolors=colour[name],
+                   label=f"{name}{' (held out)' if open_ else ''}")
+    for r in ratios:
+        ax.plot([lo, hi], [r * lo, r * hi], "k-" if r == 1 else "k:", lw=0.8 if r == 1 else 0.6)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    _decorate(ax, axes, percent_axis="y")
+    static = png(fig)
+
+    out = interactive_figure(axes)
+    for r in ratios:
+        out.add_trace(go.Scatter(x=[lo, hi], y=[r * lo, r * hi], mode="lines", showlegend=False, hoverinfo="skip",
+                                 line=dict(color="#444", width=1, dash="solid" if r == 1 else "dot")))
+    for (name, open_), part in frame.groupby([series, hollow] if hollow else [series, pd.Series(False, frame.index)],
+                                             sort=False):
+        out.add_trace(go.Scatter(
+            x=part[x], y=part[y], mode="markers", name=esc(f"{name}{' (held out)' if open_ else ''}"),
+            marker=dict(color="rgba(0,0,0,0)" if open_ else colour[name], size=7,
+                        line=dict(color=colour[name], width=1.5)),
+            text=[esc(t) for t in part[hover]] if hover else None,
+            hovertemplate="%{text}<extra></extra>" if hover else None))
+    _interactive_axes(out, axes, percent_axis="y")
+    out.update_xaxes(type="log")
+    out.update_yaxes(type="log")
+    return static, out
+
+
 def _decorate(ax, axes: Axes, percent_axis: str) -> None:
     ax.set_title(textwrap.fill(axes.title, TITLE_CHARS))
     ax.set_xlabel(axes.xlabel)

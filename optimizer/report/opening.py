@@ -134,6 +134,29 @@ def lead(folder: PlanFolder, commitment: pd.DataFrame, rented: pd.DataFrame) -> 
     return " ".join(parts)
 
 
+def margin_words(s: dict) -> str | None:
+    """What a robust plan planned for and what that costs (summary.json → robust); None for a
+    plan without margins."""
+    r = s.get("robust")
+    if not r:
+        return None
+    if r.get("band"):
+        per = "; ".join(f"{row['accelerator']} {row['dtype']}: prefill "
+                        f"{f.pct(row['factors'].get('prefill_mfu', 1.0) - 1.0, 1, True)}, decode "
+                        f"{f.pct(row['factors'].get('decode_mbu', 1.0) - 1.0, 1, True)}" for row in r["band"])
+        efficiencies = (f"each accelerator's efficiencies at the slow edge of its calibration's error band, the p90 "
+                        f"residual ({per}; from {r['band_source'].rsplit('/', 1)[-1]})")
+    else:
+        efficiencies = f"efficiencies ×{r['efficiency_derate']:g} (a fixed derate)"
+    text = (f"Planned with margins against estimates that may be wrong: demand ×{r['demand_factor']:g}, round trips "
+            f"+{r['rtt_margin_ms']:g} ms and {efficiencies}. The margins cost {f.pct(r.get('price_of_robustness'))} "
+            f"({f.usd(s['total_cost_usd'])} against {f.usd(r['nominal_cost_usd'])} a year without them)")
+    if r.get("extra_gpus_peak") is not None:
+        text += (f" and {f.count(r['extra_gpus_peak'])} more GPUs at the peak hour "
+                 f"({f.count(r['nominal_gpus_peak'] + r['extra_gpus_peak'])} against {f.count(r['nominal_gpus_peak'])})")
+    return text + "."
+
+
 def gap_words(s: dict) -> str:
     total, bound, gap, target = s["total_cost_usd"], s.get("best_bound_usd"), s.get("mip_gap"), s.get("mip_gap_target")
     if bound is None or gap is None:
@@ -197,6 +220,9 @@ def _stress_words(st: dict) -> str:
         what.append(f"round trips ×{st['rtt_factor']:g}")
     if st.get("lose_site"):
         what.append(f"site {st['lose_site']} lost")
+    if st.get("within_band"):
+        what.append("efficiencies at the calibration's p90 error band" if st["within_band"] == "p90"
+                    else "efficiencies drawn from the calibration's error band")
     rows = pd.DataFrame(st.get("by_workload") or [])
     failing = rows[~rows["passes"].astype(bool)] if len(rows) else rows
     head = f"Stress test ({', '.join(what) or 'no change'}): "
@@ -265,6 +291,9 @@ def opening_html(folder: PlanFolder) -> str:
                  else "<p>Nothing is rented on demand.</p>")
     parts.append("<h3>Cost per million output tokens</h3>")
     parts.append(_cost_per_token_html(folder))
+    margins = margin_words(folder.summary)
+    if margins:
+        parts += ["<h3>Margins</h3>", f'<p id="margins">{esc(margins)}</p>']
     parts += ["<h3>Latency</h3>", latency_html(folder), "<h3>Risks</h3>", risks_html(folder),
               "<h3>How close to the best plan</h3>", f"<p>{esc(gap_words(folder.summary))}</p>"]
     return "".join(parts)

@@ -2,8 +2,9 @@
 in a deck — cost by site, accelerator and contract; nodes rented on demand over the planned
 hours; GPUs by site over the planned hours; the routing map; the TTFT budget of each
 workload's tightest arc; utilisation; cost per million tokens against the baseline and list
-prices — and an appendix with every headline figure, the serving configurations and the
-procurement table."""
+prices — then, when the plan's scenario names a calibration file, the calibration
+(`calibration`: predicted against measured, residuals, error band), and an appendix with
+every headline figure, the serving configurations and the procurement table."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pandas as pd
 from optimizer.contracts import COST_COLUMNS, COST_LABELS, TERMS
 from optimizer.report import charts
 from optimizer.report import formatting as f
+from optimizer.report.calibration import calibration_html, has_calibration
 from optimizer.report.folder import PlanFolder, read_folder
 from optimizer.report.formatting import Column, esc
 from optimizer.report.html import chart_html, page, section, write_page
@@ -21,7 +23,7 @@ from optimizer.report.maps import routing_map
 from optimizer.report.opening import opening_html
 
 SECTIONS = ("opening", "cost-stack", "on-demand", "gpus-over-the-day", "map", "ttft-waterfall", "utilisation",
-            "cost-per-token", "appendix")
+            "cost-per-token", "calibration", "appendix")  # calibration: only with a calibration file
 CHARTS = {  # section id → (title, name in the navigation bar, chart function)
     "cost-stack": ("Where the money goes", "Money", charts.cost_stack),
     "on-demand": ("On-demand rental over the planned hours", "On demand", charts.ondemand),
@@ -40,7 +42,8 @@ CURVE_COLUMNS = [Column("id", "serving configuration"), Column("gpus", "GPUs", f
                  Column("decode_tokens_per_s", "decode tokens/s", f.unless_zero(f.count), True),
                  Column("kv_budget_gb", "KV budget (GB)", f.number, True),
                  Column("max_concurrency", "max concurrency", f.unless_zero(f.count), True),
-                 Column("service_mean_ms", "mean service", f.unless_zero(f.ms), True)]
+                 Column("service_mean_ms", "mean service", f.unless_zero(f.ms), True),
+                 Column("prefill_batch_tokens", "prefill batch budget (tokens)", f.unless_zero(f.count), True)]
 PROCUREMENT_COLUMNS = [Column("site", "site", lambda x: "all sites" if x == "*" else f.text(x)), Column("gpu", "accelerator"),
                        *(Column(t.nodes_column, t.label, f.count, True) for t in TERMS),
                        Column("ondemand_nodes_peak", "on-demand peak", f.count, True),
@@ -86,6 +89,9 @@ def render(plan_dir: str | Path) -> str:
     sections = [section("opening", "The answer", lambda: opening_html(folder), "The answer")]
     for sid, (title, nav, draw) in CHARTS.items():
         sections.append(section(sid, title, lambda draw=draw, title=title: chart_html(draw(folder), title), nav))
+    if has_calibration(folder):
+        sections.append(section("calibration", "Calibration: predicted against measured",
+                                lambda: calibration_html(folder), "Calibration"))
     sections.append(section("appendix", "Appendix: figures, serving configurations, procurement",
                             lambda: appendix_html(folder), "Appendix"))
     overrides = ", ".join(s.get("overrides") or [])

@@ -29,7 +29,7 @@ def _pool_wait_ms(inst: Instance, s: Scenario, pool, load: float, n: int) -> flo
         return 0.0
     q = s.workloads[pool.workload].slo_attainment
     c = pool.config
-    return float(wait_quantile_s(pool.peak_to_mean * load, n, c.service_mean_s, c.service_scv, q)) * MS_PER_S
+    return float(wait_quantile_s(pool.peak_to_mean * load, n, c.service_mean_s, c.service_scv, q, **c.batching())) * MS_PER_S
 
 
 def plan_tables(s: Scenario, inst: Instance, result: SolveResult) -> dict[str, pd.DataFrame]:

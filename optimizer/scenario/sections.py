@@ -182,6 +182,10 @@ class Serving(Strict):
     colocated_chunk_tokens: list[int] = Field(
         default_factory=lambda: [256, 512, 1024], description="chunked-prefill token budgets per iteration (colocated)"
     )
+    prefill_batch_tokens: list[int] = Field(
+        default_factory=lambda: [2048, 4096, 8192],
+        description="new-token budgets of batched prefill passes offered beside one prompt at a time (disaggregated)",
+    )
     speculative: Speculative = Field(default_factory=Speculative)
     tokenization_ms: float = Field(3.0, ge=0)
     safety_ms: float = Field(15.0, ge=0, description="input safety classifier")
@@ -227,6 +231,9 @@ class Serving(Strict):
         if not tiers or sorted(set(tiers)) != tiers or tiers[0] <= 0:
             raise ValueError(f"tier_rtt_ms must be a non-empty increasing list of positive RTT bounds in ms, e.g. "
                              f"[20, 45, 90, 180]; got {self.tier_rtt_ms}")
+        if any(b < 1 for b in self.prefill_batch_tokens):
+            raise ValueError(f"prefill_batch_tokens must list positive token budgets, e.g. [2048, 8192], or be empty; "
+                             f"got {self.prefill_batch_tokens}")
         if "colocated" in self.modes and (not self.colocated_chunk_tokens or min(self.colocated_chunk_tokens) < 1):
             raise ValueError(f"colocated_chunk_tokens must list positive token budgets, e.g. [256, 512, 1024]; "
                              f"got {self.colocated_chunk_tokens}")
@@ -261,20 +268,27 @@ class Policy(Strict):
 class Robust(Strict):
     """Margins `fleetplan plan --robust` plans with. The plan folder keeps the nominal
     scenario; its summary reports the margins and the price of robustness (the robust plan's
-    cost over the nominal plan's)."""
+    cost over the nominal plan's). Efficiencies are derated by ``efficiency_derate``, or —
+    when the scenario names a calibration file (``use_calibration_band`` unset), or always
+    (set true) — by each accelerator's calibration band (`optimizer.calibration.band`)."""
 
     demand_factor: float = Field(1.25, ge=1, le=5, description="demand at a high percentile of its forecast, × the nominal")
     efficiency_derate: float = Field(0.85, gt=0, le=1, description="prefill MFU, decode MBU and decode MFU × this")
     rtt_margin_ms: float = Field(10.0, ge=0, description="added to every round trip and latency tier bound")
+    use_calibration_band: bool | None = Field(
+        None, description="derate by the calibration's residual band instead of efficiency_derate: unset = when the "
+                          "scenario names a calibration file")
 
-    def overrides(self, s) -> list[str]:
-        """The margins as `--set` overrides on the nominal scenario ``s`` (a `Scenario`)."""
+    def overrides(self, s, banded: bool = False) -> list[str]:
+        """The margins as `--set` overrides on the nominal scenario ``s`` (a `Scenario`);
+        ``banded``: the calibration band derates the calibrated efficiencies, so only those
+        the scenario sets itself get ``efficiency_derate``."""
         d = self.efficiency_derate
+        derates = [f"serving.{name}=×{d}" for name in ("prefill_mfu", "decode_mbu", "decode_mfu")
+                   if not banded or getattr(s.serving, name) is not None]
         return [
             f"demand.scale={s.demand.scale * self.demand_factor}",
-            f"serving.prefill_mfu=×{d}",
-            f"serving.decode_mbu=×{d}",
-            f"serving.decode_mfu=×{d}",
+            *derates,
             f"network.access_rtt_ms={s.network.access_rtt_ms + self.rtt_margin_ms}",
             # the tiers move with the round trips: a metro keeps its tier, whose pools give
             # the margin up from their queueing budget (else one just inside a bound would

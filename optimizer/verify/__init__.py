@@ -9,13 +9,14 @@ runs the plan's pools explicitly, using
 only the per-request and per-step curves (`roofline.prefill_time_s`,
 `decode_step_time_s`, `mixed_step_time_s`, `speculative.speculative_step_time_s`):
 
-* dedicated prefill pools: FIFO over ``replicas`` servers, one prompt at a time as the plan's
-  prefill configs are sized (with ``prefill_batch_tokens`` N > 0, a what-if: a server that
-  frees takes the waiting prompts up to N new tokens in one pass of
-  prefill_time_s(Σ tokens, Σ cached) — on compute-bound prefill this gains little
-  throughput and makes the first prompt of a batch wait for the others: on the reference
-  plan's chat pools it lifts the p99 TTFT from ~240 to ~330 ms), then each KV moves to a decode pool
-  (chosen by the plan's flow shares) over the slower replica NIC + the transfer latency;
+* dedicated prefill pools: FIFO over ``replicas`` servers, as the plan's config says — one
+  prompt at a time, or batched: a server that frees takes the waiting prompts up to the
+  config's budget of B new tokens in one pass (`prefill_batch.pass_time_s` of those
+  prompts), all of which finish together. ``prefill_batch_tokens`` is a what-if that puts
+  every prefill pool at one budget (0: one at a time) — on compute-bound prefill batching
+  gains little throughput and makes the first prompt of a batch wait for the others. Then
+  each KV moves to a decode pool (chosen by the plan's flow shares) over the slower replica
+  NIC + the transfer latency;
 * decode pools: continuous batching — a request joins a replica with a free slot and KV
   room at its next step boundary (else waits FIFO), each step takes the decode (or
   speculative) step time at the batch's current size and mean context, speculative steps
@@ -203,7 +204,7 @@ def verify_plan(plan_dir, slices="peak", requests=20000, seed=0, progress=None, 
     warm-up. A group with long decodes at a high rate simulates more arrivals than that: its
     warm-up lasts at least half, and its cool-down one, mean decode duration (`group`).
     ``workers`` — processes (default: 1 for small runs, else up to the CPU count); results
-    do not depend on it. ``prefill_batch_tokens`` overrides ``options``. ``arrivals``: Poisson
+    do not depend on it. ``prefill_batch_tokens`` (None: as planned) overrides ``options``. ``arrivals``: Poisson
     arrivals × the peak factor with lognormal lengths (default), or a log replayed
     (`arrivals.Trace`).
     """
@@ -396,7 +397,7 @@ def _summary(s, tables, results, seed, seconds, opt: Options, groups) -> dict:
         "seconds": seconds,
         "engine": ENGINE,
         "seed": int(seed),
-        "prefill_batch_tokens": opt.prefill_batch_tokens,
+        "prefill_batch_tokens": "as planned" if opt.prefill_batch_tokens is None else opt.prefill_batch_tokens,
         "warmup": f"first {opt.warmup_fraction:.0%} of arrivals, at least {opt.warmup_decode_durations:g} mean "
                   f"decode durations; cool-down {opt.cooldown_decode_durations:g} mean decode duration",
     }

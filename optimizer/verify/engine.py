@@ -49,8 +49,8 @@ def fifo_pool(arrivals, servers: int, service_s, *, tokens=None, cached=None, ba
     ``service_s[i]``. With ``batch_tokens`` > 0, a server that starts work takes the waiting
     jobs at the head of the queue (already arrived when it starts) while their new tokens
     (``tokens`` − ``cached``) add up to at most ``batch_tokens`` — always at least one — and
-    serves them in one pass of ``batch_service(sum tokens, sum cached)`` seconds; all of
-    them finish together. Returns (start, end) arrays.
+    serves them in one pass of ``batch_service(tokens, cached)`` seconds (the batch's
+    prompts as arrays); all of them finish together. Returns (start, end) arrays.
     """
     a = np.asarray(arrivals, dtype=float)
     n = len(a)
@@ -74,8 +74,9 @@ def fifo_pool(arrivals, servers: int, service_s, *, tokens=None, cached=None, ba
             start[i] = t
             end[i] = e
         return start, end
-    tok = np.asarray(tokens, dtype=float).tolist()
-    cac = (np.zeros(n) if cached is None else np.asarray(cached, dtype=float)).tolist()
+    tok_a = np.asarray(tokens, dtype=float)
+    cac_a = np.zeros(n) if cached is None else np.asarray(cached, dtype=float)
+    tok, cac = tok_a.tolist(), cac_a.tolist()
     i = 0
     while i < n:
         f = free[0]
@@ -88,7 +89,7 @@ def fifo_pool(arrivals, servers: int, service_s, *, tokens=None, cached=None, ba
         if j == i + 1:
             e = t + sl[i]
         else:
-            e = t + float(batch_service(sum(tok[i:j]), sum(cac[i:j])))
+            e = t + float(batch_service(tok_a[i:j], cac_a[i:j]))
         heapq.heapreplace(free, e)
         start[i:j] = t
         end[i:j] = e

@@ -28,6 +28,7 @@ from optimizer.configs import kv_bytes_per_token, make_replica
 from optimizer.curves.cache import cache_kv_share
 from optimizer.curves.lengths import LengthDistribution
 from optimizer.curves.memory import kv_budget_bytes, kv_replication
+from optimizer.curves.prefill_batch import pass_time_s
 from optimizer.curves.roofline import prefill_time_s
 from optimizer.curves.speculative import expected_tokens_per_step
 from optimizer.units import Role
@@ -45,9 +46,9 @@ HIST_BINS = int(math.ceil(math.log(1e7 / HIST_G0_MS) / math.log(HIST_RATIO))) + 
 class Options:
     """Simulation settings (defaults are the documented behaviour of `verify_plan`)."""
 
-    # 0: a prefill replica serves one prompt at a time, as the plan's prefill configs are sized;
-    # N > 0 simulates a server that batches waiting prompts up to N new tokens (a what-if)
-    prefill_batch_tokens: int = 0
+    # None: each prefill pool as planned (one prompt at a time, or batched up to its config's
+    # budget); 0 or N > 0 overrides every prefill pool (a what-if: one at a time, or N new tokens)
+    prefill_batch_tokens: int | None = None
     warmup_fraction: float = 0.1
     warm_start: bool = True  # batching pools start with their steady-state batch mid-decode
     warmup_decode_durations: float = 0.5  # warm-up lasts at least this many mean decode durations
@@ -146,6 +147,13 @@ class PlanModel:
         speculative = _truthy(c["speculative"])
         return PoolSpec(replicas, int(c["batch"]), budget, kvt, self.steps(cid), 0,
                         (spec.draft_tokens, spec.acceptance_rate) if speculative else None)
+
+    def prefill_batch_tokens(self, cid: str, opt: Options) -> int:
+        """The new-token budget a prefill pool's passes take: its config's (0 for one prompt at
+        a time; folders from before batched prefill have none), unless ``opt`` overrides it."""
+        if opt.prefill_batch_tokens is not None:
+            return int(opt.prefill_batch_tokens)
+        return int(self.curves[cid].get("prefill_batch_tokens", 0))
 
     def decode_seconds(self, cid: str) -> float:
         """Mean time a request spends decoding on this config at its operating point."""
@@ -325,8 +333,8 @@ def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Op
         r = model.replica(p.config)
         service = prefill_time_s(r, isl[idx], cached[idx])
         _, done = fifo_pool(t[idx], p.replicas, service, tokens=isl[idx], cached=cached[idx],
-                            batch_tokens=opt.prefill_batch_tokens,
-                            batch_service=lambda tok, cac, r=r: prefill_time_s(r, tok, cac))
+                            batch_tokens=model.prefill_batch_tokens(p.config, opt),
+                            batch_service=lambda tok, cac, r=r: pass_time_s(r, tok, cac))
         if p.speed not in decode_share:
             continue
         cands, share = decode_share[p.speed]
