@@ -7,7 +7,36 @@ from pathlib import Path
 import pytest
 import yaml
 
+from optimizer import pipeline
 from optimizer.scenario import load_scenario
+from optimizer.solve.settings import FIRST_PLAN_STEPS
+
+
+@pytest.fixture(scope="session", autouse=True)
+def first_plans_only():
+    """Plans made through the pipeline in the suite stop at the first whole plan, as with
+    ``--effort first``: a planner's default spends a minute refining, which would make the
+    suite's hundred plans take an hour. Refining is tested on its own budgets
+    (test_anytime.py, and test_mip_features.py through `solve`)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pipeline, "STEPS", FIRST_PLAN_STEPS)
+        yield
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    """tests/data/tiny.yaml as an instance: 2 metros, 2 sites, 2 accelerators, 2 slices."""
+    from tests.test_mip_exact import tiny_instance
+
+    return tiny_instance()
+
+
+@pytest.fixture(scope="session")
+def optimum(tiny):
+    """The tiny instance's cheapest plan, by enumeration (`test_mip_exact.brute_force`)."""
+    from tests.test_mip_exact import brute_force
+
+    return brute_force(tiny)
 
 
 @pytest.fixture(scope="session")

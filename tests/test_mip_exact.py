@@ -77,16 +77,6 @@ def brute_force(inst) -> float:
     return best
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    return tiny_instance()
-
-
-@pytest.fixture(scope="module")
-def optimum(tiny):
-    return brute_force(tiny)
-
-
 def test_exact_mode_finds_the_brute_force_optimum(tiny, optimum):
     result = solve(tiny, SolverSettings(exact=True, mip_gap=1e-9, time_limit_s=60))
     assert result.status == "optimal"
