@@ -3,7 +3,8 @@
 Default mode (README "Modelling choices"): a master linear program with continuous replicas,
 each pool priced at a per-replica capacity (`pricing`), solved as a short sequence of named
 steps (`steps`: bound → dominant pools → descend → re-operate → consolidate), each taking and
-returning the best whole plan. The gap compares the kept plan with the bound solve's optimum.
+returning the best whole plan; then ``refine`` (`anytime`) spends the rest of the budget on
+better plans and better bounds. The gap compares the kept plan with the best bound found.
 Exact mode (`exact`) makes replicas integer with f exact on the integers, for small
 instances and checks; it is chosen automatically where the exact model is small.
 
@@ -70,7 +71,7 @@ def solve(inst: Instance, settings: SolverSettings, progress=None, cache: ModelC
     gap = max(0.0, (best.cost_usd - bound) / best.cost_usd) if best.cost_usd > 0 else 0.0
     if gap <= settings.mip_gap + 1e-9:
         status = "optimal"
-    elif status == "optimal":
+    elif status == "optimal" and not settings.exact:  # exact mode: HiGHS proved the gap on its own objective
         status = "gap_above_target"
     split = gap_split(ctx, first_plan if "refine" in settings.steps and not settings.exact else ctx.best_usd)
     return SolveResult(status, best.solution, best.cost_usd, bound, gap, build_s, handoff_s,
