@@ -88,7 +88,7 @@ class Hardware:
     gpus_per_node: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)  # keyword-only: the fields stay grouped by what they cost
 class Efficiency:
     """Achieved fractions of peak and fixed costs of one accelerator (× engine × dtype).
 
@@ -105,22 +105,22 @@ class Efficiency:
     """
 
     prefill_mfu: float
+    prefill_half_tokens: float = 0.0
     decode_mbu: float
     decode_mfu: float
     step_overhead_s: float
+    layer_overhead_s: float = 0.0
     usable_hbm_fraction: float
     workspace_bytes_per_gpu: float
     collective_latency_s: float
-    link_efficiency: float
-    roofline_sharpness: float
-    prefill_half_tokens: float = 0.0
-    attention_factor: float = 1.0
-    moe_load_factor: float = 1.0
-    layer_overhead_s: float = 0.0
     bulk_extra_latency_s: float = 0.0
+    link_efficiency: float
     small_link_share: float = 1.0
     pcie_p2p_gpus: int = 8
     nic_efficiency: float = 0.7
+    roofline_sharpness: float
+    attention_factor: float = 1.0
+    moe_load_factor: float = 1.0
 
 
 @dataclass(frozen=True)
