@@ -1,6 +1,6 @@
 """Every benchmark in one go, written to benchmarks/RESULTS.md.
 
-    python benchmarks/run_all.py [--steps reference,100x30] [--time-limit 300] [--sweep-runs 8]
+    python benchmarks/run_all.py [--steps reference,100x30] [--effort quick] [--time-limit S] [--sweep-runs 8]
                                  [--out benchmarks/RESULTS.md]
 
 Runs the scale ladder (`plan_scale.py`), the sweep throughput (`sweep_throughput.py`), the
@@ -42,7 +42,8 @@ def _commit() -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", default="reference,100x30")
-    ap.add_argument("--time-limit", default="300")
+    ap.add_argument("--effort", default="quick")
+    ap.add_argument("--time-limit", help="seconds per ladder step (default: the effort's budget)")
     ap.add_argument("--sweep-runs", default="8")
     ap.add_argument("--out", default=str(HERE / "RESULTS.md"))
     args = ap.parse_args(argv)
@@ -50,8 +51,9 @@ def main(argv=None) -> int:
         plan = str(Path(tmp) / "reference")
         subprocess.run([sys.executable, "-m", "optimizer.cli", "plan", "--out", plan, "--quiet", "--no-report"],
                        check=False)
+        ladder = ["--steps", args.steps, "--effort", args.effort] + (["--time-limit", args.time_limit] if args.time_limit else [])
         parts = {
-            "Scale ladder (`plan_scale.py`)": _run("plan_scale.py", "--steps", args.steps, "--time-limit", args.time_limit),
+            "Scale ladder (`plan_scale.py`)": _run("plan_scale.py", *ladder),
             "Sweep throughput (`sweep_throughput.py`)": _run("sweep_throughput.py", "--runs", args.sweep_runs),
             "Simulator throughput (`verify_throughput.py`)": _run("verify_throughput.py", "--plan", plan, "--workers", "1,2"),
             "Operational year, fixed commitment (`operate_year.py`)": _run("operate_year.py", "--plan", plan),

@@ -1,0 +1,47 @@
+"""The plan and the bound over the solve's seconds, one panel per step of the ladder.
+
+    python benchmarks/plan_scale.py --steps reference,100x30 --history hist/
+    python benchmarks/gap_over_time.py hist/ --out benchmarks/gap_over_time.png
+
+Reads the ``STEP.csv`` files `plan_scale.py --history` writes (seconds, plan_usd, bound_usd,
+event) and draws the best whole plan and the best bound as steps over time, with the gap
+(plan − bound) / plan printed at the end of each panel.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("history", type=Path)
+    p.add_argument("--out", type=Path, default=Path("gap_over_time.png"))
+    args = p.parse_args()
+    files = sorted(args.history.glob("*.csv"))
+    fig, axes = plt.subplots(1, len(files), figsize=(5 * len(files), 3.6), squeeze=False)
+    for ax, f in zip(axes[0], files):
+        h = pd.read_csv(f)
+        ax.step(h["seconds"], h["plan_usd"] / 1e6, where="post", label="best whole plan")
+        ax.step(h["seconds"], h["bound_usd"] / 1e6, where="post", label="best bound")
+        last = h.dropna(subset=["plan_usd", "bound_usd"]).iloc[-1]
+        gap = (last["plan_usd"] - last["bound_usd"]) / last["plan_usd"]
+        ax.set_title(f"{f.stem}: gap {gap:.1%} at {last['seconds']:.0f} s")
+        ax.set_xlabel("seconds into the solve")
+        ax.set_ylabel("US$ million per year")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend()
+    fig.tight_layout()
+    fig.savefig(args.out, dpi=110)
+    print(args.out)
+
+
+if __name__ == "__main__":
+    main()
