@@ -90,7 +90,7 @@ def write_case(folder: Path, metros: int, sites: int, seed: int = 7, hours: list
         "workloads": reference["workloads"],
         "demand": reference["demand"],
         "network": reference["network"],
-        "policy": reference["policy"],
+        "policy": reference.get("policy", {}),
     }
     path = folder / "scenario.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
