@@ -105,4 +105,6 @@ def test_reuse_refreshes_one_model_and_equals_the_individual_runs_within_the_gap
         alone = make_plan(us_east, [f"{k}={v}" for k, v in spec.overrides.items()]).summary
         gap = max(row["mip_gap"], alone["mip_gap"])
         assert row["total_cost_usd"] == pytest.approx(alone["total_cost_usd"], rel=gap)
-    assert rows[0]["total_cost_usd"] < rows[2]["total_cost_usd"]  # the refreshed price reached the model
+    # the refreshed price reached the model: the master LP's optimum (the bound) rises with it
+    # (the heuristic plans need not: each is within its own gap)
+    assert rows[0]["best_bound_usd"] < rows[1]["best_bound_usd"] < rows[2]["best_bound_usd"]
