@@ -19,7 +19,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from optimizer.calibration.params import Calibration
-
 from optimizer.configs import (
     BYTES_PER_VALUE,
     hardware,

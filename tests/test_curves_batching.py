@@ -13,7 +13,6 @@ import pytest
 from scipy.stats import norm
 
 from optimizer.calibration.params import Calibration
-
 from optimizer.configs import make_replica
 from optimizer.curves.batching import (
     batching_knee,

@@ -134,6 +134,20 @@ def test_an_undamaged_folder_still_works_for_every_command(plan_dir, tmp_path, c
         assert main(argv(d)) in (0, 7), command
 
 
+def test_a_pool_with_a_residue_of_load_and_no_replicas_reads(plan_dir, tmp_path, capsys):
+    """The LP can leave a pool a load of 1e-9 requests/s that whole replicas round to none: the
+    folder is the planner's own output and must read (the reference once wrote 5.5e-9)."""
+    d = tmp_path / "plan"
+    shutil.copytree(plan_dir, d)
+    pools = _csv(d, "pools.csv")
+    idle = pools.iloc[[0]].assign(replicas="0", requests_per_s="5.5e-09")
+    pd.concat([pools, idle]).to_csv(d / "pools.csv", index=False)
+    assert main(["verify", str(d), "--requests", "200"]) in (0, 7)
+    pd.concat([pools, idle.assign(requests_per_s="0.01")]).to_csv(d / "pools.csv", index=False)
+    assert main(["verify", str(d), "--requests", "200"]) == 2
+    assert "has no replicas" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------------------- fuzz
 
 FILES = ["summary.json", "scenario.json", "procurement.csv", "pools.csv", "routing.csv", "slo.csv", "curves.csv"]

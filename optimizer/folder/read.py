@@ -46,6 +46,8 @@ SUMMARY_FIELDS = {
     "average_utilization": (int, float), "unserved_fraction": (int, float), "mip_gap": (int, float),
 }
 
+NOISE_RPS = 1e-6  # requests/s
+
 
 def _json_object(path: Path, what: str) -> dict:
     text = read_text(path, what)
@@ -205,7 +207,8 @@ def check_consistency(d: Path, s, tables: dict[str, pd.DataFrame]) -> None:
            "{gpus_per_replica} GPUs per replica, but curves.csv gives config '{config}' another number")
     _first(pools, pools["config"].map(config["gpu"]) != pools["gpu"], path["pools"], "gpu",
            "accelerator '{gpu}' differs from config '{config}' in curves.csv")
-    _first(pools, (pools["requests_per_s"] > 0) & (pools["replicas"] == 0), path["pools"], "replicas",
+    # a load below NOISE_RPS is the LP's rounding residue, which whole replicas treat as none
+    _first(pools, (pools["requests_per_s"] > NOISE_RPS) & (pools["replicas"] == 0), path["pools"], "replicas",
            "a pool taking {requests_per_s} requests/s has no replicas")
     _check_fit(pools[~lost], nodes, s, path)
     _check_balance(pools[~lost], routing, path)

@@ -21,11 +21,11 @@ from dataclasses import replace
 
 from optimizer.errors import InfeasibleError
 from optimizer.instance import Instance
+from optimizer.solve.anytime import gap_split, refine
 from optimizer.solve.cache import ModelCache
 from optimizer.solve.exact import solve_exact
 from optimizer.solve.pricing import at_sizes, plan_cost, pool_sizes
 from optimizer.solve.settings import Candidate, SolveResult, SolverSettings, SolveStep
-from optimizer.solve.anytime import gap_split, refine
 from optimizer.solve.steps import FIRST_PLAN_FUNCTIONS, Context
 
 AUTO_EXACT_BINARIES = 3000

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
 from formulations import Operating, Reading, build_program, read_solution, write_solution
 from optimizer.backends import HighsDirect
 from optimizer.costing import Solution
