@@ -26,7 +26,7 @@ def first_plans_only():
 @pytest.fixture(scope="session")
 def tiny():
     """tests/data/tiny.yaml as an instance: 2 metros, 2 sites, 2 accelerators, 2 slices."""
-    from tests.test_mip_exact import tiny_instance
+    from test_mip_exact import tiny_instance
 
     return tiny_instance()
 
@@ -34,7 +34,7 @@ def tiny():
 @pytest.fixture(scope="session")
 def optimum(tiny):
     """The tiny instance's cheapest plan, by enumeration (`test_mip_exact.brute_force`)."""
-    from tests.test_mip_exact import brute_force
+    from test_mip_exact import brute_force
 
     return brute_force(tiny)
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_mip_exact import tiny_instance
 
 from formulations import read_solution, write_solution
 from optimizer import pipeline
@@ -23,7 +24,6 @@ from optimizer.solve.parallel import SliceRunner
 from optimizer.solve.pricing import at_sizes, pool_sizes
 from optimizer.solve.settings import FIRST_PLAN_STEPS, STEPS
 from optimizer.solve.steps import Context, bound
-from tests.test_mip_exact import tiny_instance
 
 DATA = Path(__file__).parent / "data"
 REL = 1e-7
