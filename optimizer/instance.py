@@ -21,6 +21,7 @@ An `Instance` is plain data (tuples, dicts, numpy arrays) — the only contract
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
@@ -181,6 +182,17 @@ def _per_gpu_scores(options: list[tuple[ServingConfig, float]], s: Scenario) -> 
     return np.minimum(cap, decode) / gpus
 
 
+@functools.lru_cache(maxsize=4096)
+def _capacity_table(size: int, mean_service_s: float, service_scv: float, wait_budget_s: float, max_utilization: float,
+                    attainment: float, full_prompts: float, full_pass_s: float | None) -> np.ndarray:
+    """`capacity_table`, kept per process: sweeps and re-plans build the same tables again and
+    again (a batching pool's table is two nested bisections). Read-only, as it is shared."""
+    table = capacity_table(size, mean_service_s, service_scv, wait_budget_s, max_utilization, attainment,
+                           full_prompts, full_pass_s)
+    table.setflags(write=False)
+    return table
+
+
 class _PoolFactory:
     """Builds pools; SLO capacity tables are cached by (config, budget in whole ms)."""
 
@@ -196,10 +208,11 @@ class _PoolFactory:
             # enough replicas to carry the workload's whole peak at half the utilisation cap
             rho = self.s.serving.prefill_max_utilization
             size = math.ceil(self.peak_load[c.workload] / c.lane_rps() / (0.5 * rho)) + 8
-            self._tables[key] = capacity_table(
+            batching = c.batching()
+            self._tables[key] = _capacity_table(
                 min(size, self.s.serving.max_pool_replicas), c.service_mean_s, c.service_scv, budget_ms / 1e3,
-                rho, self.s.workloads[c.workload].slo_attainment, **c.batching(),
-            )
+                rho, self.s.workloads[c.workload].slo_attainment, batching.get("full_prompts", 1.0),
+                batching.get("full_pass_s"))
         return self._tables[key]
 
     def add(self, role, regime, site, k, tier, c: ServingConfig, budget_ms: float = 0.0, speed: int = -1) -> int:

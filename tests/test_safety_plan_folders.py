@@ -7,6 +7,7 @@ plan folders at random: always a result or a clean exit 2–7 with one line, nev
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import tempfile
@@ -101,6 +102,15 @@ CASES = {
     "a retyped summary": (_edit_json("summary.json", lambda d: d.update(total_cost_usd="lots")),
                           r"summary\.json, field 'total_cost_usd'"),
     "a nan in the costs": (_set_cell("procurement.csv", "cost_usd", "nan"), r"procurement\.csv, line 2, field 'cost_usd'"),
+    # fields only reports read (the fuzz found each of these crashing `report`)
+    "an infinite figure in the summary": (_edit_json("summary.json", lambda d: d.update(tokens_per_s_per_mw=math.inf)),
+                                          r"summary\.json, field 'tokens_per_s_per_mw'"),
+    "text for a figure in the summary": (_edit_json("summary.json", lambda d: d.update(goodput_tokens_per_s_avg="")),
+                                         r"summary\.json, field 'goodput_tokens_per_s_avg'"),
+    "versions as text": (_edit_json("summary.json", lambda d: d.update(versions="1.0")),
+                         r"summary\.json, field 'versions'"),
+    "a retyped calibration": (_edit_json("scenario.json", lambda d: d.update(calibration="h100.yaml")),
+                              r"scenario\.json.*calibration"),
 }
 
 

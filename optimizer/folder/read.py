@@ -46,6 +46,14 @@ SUMMARY_FIELDS = {
     "average_utilization": (int, float), "unserved_fraction": (int, float), "mip_gap": (int, float),
 }
 
+# fields read where present (reports, comparisons): their JSON types, null allowed
+SUMMARY_OPTIONAL = {
+    "scenario_sha256": (str,), "versions": (dict,), "best_bound_usd": (int, float), "mip_gap_target": (int, float),
+    "cost_per_million_tokens_usd": (int, float), "goodput_tokens_per_s_avg": (int, float),
+    "goodput_tokens_per_s_peak": (int, float), "tokens_per_s_per_mw": (int, float), "baseline_cost_usd": (int, float),
+    "quality": (str,), "bounds": (list,), "gap_split": (dict,), "gap_history": (list,),
+}
+
 NOISE_RPS = 1e-6  # requests/s
 
 
@@ -67,7 +75,10 @@ def _check_summary(summary: dict, path: Path) -> None:
     for key, kinds in SUMMARY_FIELDS.items():
         if key not in summary:
             raise ScenarioError("missing (a plan's summary always has it)", Origin(str(path)), field=key)
-        value = summary[key]
+    for key, kinds in {**SUMMARY_FIELDS, **SUMMARY_OPTIONAL}.items():
+        value = summary.get(key)
+        if key in SUMMARY_OPTIONAL and value is None:
+            continue
         if isinstance(value, bool) or not isinstance(value, kinds) or \
                 (isinstance(value, float) and not math.isfinite(value)):
             expected = " or ".join("a number" if k in (int, float) else {str: "text", dict: "an object",

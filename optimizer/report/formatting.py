@@ -22,6 +22,17 @@ def _absent(x) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x)) or x is pd.NA
 
 
+def _no_amount(x) -> bool:
+    """Nothing a number formatter can show: absent, or — in a plan folder a person edited —
+    text, a truth value or an infinite number. The report shows it as missing."""
+    if _absent(x) or isinstance(x, bool):
+        return True
+    try:
+        return not math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return True
+
+
 def significant(x: float, digits: int = 3) -> str:
     """``x`` to ``digits`` significant digits in positional notation: 11.04 → '11.0',
     0.5979 → '0.598', 1234.5 → '1,235' (never fewer than the integer digits)."""
@@ -36,9 +47,9 @@ def significant(x: float, digits: int = 3) -> str:
 
 def usd(x) -> str:
     """$11.0 M, $1.23 B, $457 k, $9,812, $35.20, $3.50, $0.598; negative amounts with a minus sign."""
-    if _absent(x):
+    if _no_amount(x):
         return MISSING
-    sign, a = ("−" if x < 0 else ""), abs(float(x))
+    sign, a = ("−" if float(x) < 0 else ""), abs(float(x))
     if a >= 1e9:
         return f"{sign}${significant(a / 1e9)} B"
     if a >= 1e6:
@@ -52,21 +63,21 @@ def usd(x) -> str:
 
 def count(x) -> str:
     """A whole number with thousands separators: 1,464."""
-    return MISSING if _absent(x) else f"{round(float(x)):,}"
+    return MISSING if _no_amount(x) else f"{round(float(x)):,}"
 
 
 def pct(x, digits: int = 1, signed: bool = False) -> str:
     """A fraction as a percentage: 0.8105 → '81.0 %' (signed: '+81.0 %')."""
-    if _absent(x):
+    if _no_amount(x):
         return MISSING
     return f"{100 * float(x):{'+' if signed else ''},.{digits}f} %".replace("-", "−")
 
 
 def ms(x) -> str:
     """A duration in milliseconds: '288 ms', '2,316 ms', '9.5 ms'."""
-    if _absent(x):
+    if _no_amount(x):
         return MISSING
-    return f"{float(x):,.0f} ms" if abs(x) >= 100 else f"{float(x):.1f} ms"
+    return f"{float(x):,.0f} ms" if abs(float(x)) >= 100 else f"{float(x):.1f} ms"
 
 
 def number(x) -> str:

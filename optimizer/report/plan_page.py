@@ -68,7 +68,7 @@ def key_figures(s: dict) -> pd.DataFrame:
         ("GPUs at peak", ", ".join(f"{g} {f.count(n)}" for g, n in (s.get("gpus_by_type_peak") or {}).items())),
         ("hand-made baseline a year", f.usd(s.get("baseline_cost_usd"))),
         ("solver mode", f.text(s.get("mode"))),
-        ("overrides", ", ".join(s.get("overrides") or []) or "none"),
+        ("overrides", ", ".join(map(str, s.get("overrides") or [])) or "none"),
     ]
     return pd.DataFrame(rows, columns=["figure", "value"])
 
@@ -94,10 +94,11 @@ def render(plan_dir: str | Path) -> str:
                                 lambda: calibration_html(folder), "Calibration"))
     sections.append(section("appendix", "Appendix: figures, serving configurations, procurement",
                             lambda: appendix_html(folder), "Appendix"))
-    overrides = ", ".join(s.get("overrides") or [])
-    subtitle = (f"Annual plan of scenario <b>{esc(s['scenario'])}</b> (sha256 {esc(s['scenario_sha256'][:12])}…"
+    overrides = ", ".join(map(str, s.get("overrides") or []))
+    versions = s.get("versions") if isinstance(s.get("versions"), dict) else {}
+    subtitle = (f"Annual plan of scenario <b>{esc(s['scenario'])}</b> (sha256 {esc(str(s['scenario_sha256'])[:12])}…"
                 + (f"; overrides {esc(overrides)}" if overrides else "") + ")"
-                + f", fleetplan {esc((s.get('versions') or {}).get('fleetplan', ''))}")
+                + f", fleetplan {esc(versions.get('fleetplan', ''))}")
     return page(f"fleetplan — {s['scenario']}", subtitle, sections)
 
 

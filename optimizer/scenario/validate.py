@@ -153,7 +153,7 @@ def _validate(raw: RawScenario) -> Scenario:
         raise ScenarioError("write the calibration file at the top level (calibration: FILE), not in serving",
                             raw.origin("serving"), field="serving.calibration")
     if d.get("calibration"):  # recorded content; a scenario.json from before calibrations has none
-        sections["serving"] = sections["serving"].model_copy(update={"calibration": Calibration(**d["calibration"])})
+        sections["serving"] = sections["serving"].model_copy(update={"calibration": _calibration(d["calibration"], raw)})
     diurnal = _validate_diurnal(d["diurnal"], raw)
     try:
         scenario = Scenario(
@@ -274,3 +274,15 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] | None = 
     if overrides:
         raw = apply_overrides(raw, overrides)
     return validate(raw), raw
+
+
+def _calibration(recorded, raw) -> Calibration:
+    """A calibration's recorded content (a plan folder's scenario.json), checked."""
+    if not isinstance(recorded, dict):
+        raise ScenarioError(f"expected a calibration's recorded content (an object), got {type(recorded).__name__}",
+                            raw.origin("calibration"), field="calibration")
+    try:
+        return Calibration(**recorded)
+    except (TypeError, ValueError) as exc:
+        raise ScenarioError(f"the recorded calibration cannot be read: {str(exc).splitlines()[0][:120]}",
+                            raw.origin("calibration"), field="calibration") from None
