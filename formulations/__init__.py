@@ -134,10 +134,10 @@ def write_solution(lp: LinearProgram, plan) -> tuple[np.ndarray, np.ndarray]:
         for key, col in lp.cols.get(block, {}).items():
             values[col] = float(table.get(key, 0.0))
 
+    sizes = {(pid, sid, n): 1.0 for (pid, sid), n in plan.replicas.items()}
     for role in Role:
         put(f"{role}_flow", plan.flows)
         put(f"{role}_replicas", plan.replicas)
-        sizes = {(pid, sid, n): 1.0 for (pid, sid), n in plan.replicas.items()}
         put(f"{role}_size", sizes)
     put("route", plan.routes)
     put("unserved", plan.unserved)

@@ -273,7 +273,8 @@ class PyomoHighs:
     def forget_basis(self) -> None:
         self._dirty = True
 
-    def solve(self, seconds: float, gap: float, threads: int | None) -> Outcome:
+    def solve(self, seconds: float, gap: float, threads: int | None, watch=None) -> Outcome:
+        """``watch`` is not called: Pyomo's interface has no MIP callback (this road is for checking)."""
         from pyomo.contrib.solver.common.results import SolutionStatus
 
         if self._dirty:

@@ -24,7 +24,7 @@ from optimizer.instance import Instance
 from optimizer.solve.anytime import gap_split, refine
 from optimizer.solve.cache import ModelCache
 from optimizer.solve.exact import solve_exact
-from optimizer.solve.pricing import at_sizes, plan_cost, pool_sizes
+from optimizer.solve.pricing import at_sizes, plan_cost, pool_sizes, size_choices
 from optimizer.solve.settings import Candidate, SolveResult, SolverSettings, SolveStep
 from optimizer.solve.steps import FIRST_PLAN_FUNCTIONS, Context
 
@@ -41,8 +41,7 @@ def solve(inst: Instance, settings: SolverSettings, progress=None, cache: ModelC
     say = progress or (lambda msg: None)
     largest, guess = pool_sizes(inst)
     if settings.exact is None:
-        binaries = sum(n for key, n in largest.items() if inst.pools[key[0]].table is not None)
-        settings = replace(settings, exact=binaries <= AUTO_EXACT_BINARIES)
+        settings = replace(settings, exact=size_choices(inst, largest) <= AUTO_EXACT_BINARIES)
     cache = cache or ModelCache()
     build_s, handoff_s = cache.prepare(inst, settings.exact, at_sizes(inst, guess), largest, settings.backend)
     size = cache.size

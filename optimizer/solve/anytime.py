@@ -30,7 +30,7 @@ from optimizer.solve.cache import ModelCache
 from optimizer.solve.exact import run_exact
 from optimizer.solve.operating import committed_nodes
 from optimizer.solve.parallel import SliceRunner
-from optimizer.solve.pricing import plan_cost
+from optimizer.solve.pricing import plan_cost, size_choices
 from optimizer.solve.settings import Bound, Candidate, SolveStep
 from optimizer.solve.slices import of_state
 from optimizer.solve.steps import Context, fits
@@ -49,8 +49,7 @@ def refine(ctx: Context, best: Candidate | None) -> Candidate | None:
     if ctx.settings.backend != "highs":
         ctx.say("refining runs on the highs backend only: the first plan is kept")
         return best
-    binaries = sum(n for key, n in ctx.largest.items() if ctx.inst.pools[key[0]].table is not None)
-    if binaries > EXACT_BINARIES:
+    if size_choices(ctx.inst, ctx.largest) > EXACT_BINARIES:
         return by_slices(ctx, best)
     # HiGHS proves small plans at once but improves plans slowly; re-plans improve them fast
     best = exact_from(ctx, best, EXACT_FIRST_SHARE * ctx.time_left())

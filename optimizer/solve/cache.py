@@ -82,8 +82,7 @@ class ModelCache:
     def run(self, seconds: float, gap: float, threads: int | None, what: str, watch=None) -> Outcome:
         """One solve; errors and time limits without any solution become planner-facing errors.
         ``watch``: see `optimizer.backends.HighsDirect.solve` (HiGHS backend only)."""
-        out = self.backend.solve(seconds, gap, threads, watch) if watch is not None else \
-            self.backend.solve(seconds, gap, threads)
+        out = self.backend.solve(seconds, gap, threads, watch)
         if out.status == "error" and not out.has_solution:
             raise NumericalTroubleError(
                 f"HiGHS stopped with an error during the {what} solve and no solution; "

@@ -42,9 +42,8 @@ def run_exact(ctx, cache, what: str, seconds: float | None = None) -> tuple[Cand
     """The exact model in ``cache`` solved for ``seconds`` (default: until the deadline) or to
     the gap target; its bound noted. (the plan, HiGHS's outcome, seconds)."""
     t = time.perf_counter()
-    watch = watcher(ctx, what) if ctx.settings.backend == "highs" else None
     limit = ctx.time_left() if seconds is None else min(seconds, ctx.time_left())
-    out = cache.run(limit, ctx.settings.mip_gap, ctx.settings.threads, what, watch)
+    out = cache.run(limit, ctx.settings.mip_gap, ctx.settings.threads, what, watcher(ctx, what))
     if out.bound is not None and math.isfinite(out.bound):
         ctx.note(what, bound=Bound("exact MIP", float(out.bound), ctx.elapsed(),
                                    "integer replicas and nodes, HiGHS's branch and bound"))

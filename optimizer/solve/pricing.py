@@ -50,6 +50,12 @@ def pool_sizes(inst: Instance) -> tuple[dict, dict]:
     return largest, guess
 
 
+def size_choices(inst: Instance, largest: dict[tuple[int, int], int]) -> int:
+    """Pool-size choices (binaries) the exact model would have: one per size up to the
+    largest each queueing pool and state could need."""
+    return sum(n for key, n in largest.items() if inst.pools[key[0]].table is not None)
+
+
 def marginal(pool, n: int) -> float:
     """Requests/s the next replica adds to a pool of n: f(n+1) − f(n) for a queueing pool
     (growing with n — pooling), the decode capacity for decode, the smaller of the two for

@@ -64,11 +64,13 @@ class SliceProgram:
         """Hand a plan's decisions for this slice to HiGHS as a start (HiGHS completes or
         repairs what does not fit)."""
         sid = self.state.id
-        mine = lambda table, at: {(*k[:at], 0, *k[at + 1:]): v for k, v in table.items() if k[at] == sid}  # noqa: E731
+
+        def mine(table: dict, at: int) -> dict:  # this state's entries, its id at position ``at`` renamed 0
+            return {(*k[:at], 0, *k[at + 1:]): v for k, v in table.items() if k[at] == sid}
+
         here = Reading(mine(sol.flows, 1), mine(sol.routes, 4), mine(sol.unserved, 2), dict(sol.committed),
                        mine(sol.ondemand, 2), mine(sol.replicas, 1))
-        cols, values = write_solution(self.lp, here)
-        self.backend.highs.setSolution(len(cols), cols, values)
+        self.backend.set_start(*write_solution(self.lp, here))
 
     def solve(self, seconds: float, gap: float) -> SliceResult:
         t = time.perf_counter()
