@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 
 from pydantic import BaseModel, ValidationError
 
@@ -91,6 +92,14 @@ HOLDOUT = number(0, 0.95, what="a share of the points")
 COUNT = number(1, 10_000_000, integer=True, what="a whole number")
 
 
+def scheduler(text: str) -> str:
+    """A Dask scheduler's address: [PROTOCOL://]HOST:PORT."""
+    if not re.fullmatch(r"([a-z]+://)?[^\s:/]+:\d{1,5}", text.strip()):
+        raise argparse.ArgumentTypeError(f"expected a Dask scheduler address such as tcp://10.0.0.5:8786, "
+                                         f"got {shorten(text)!r}")
+    return text.strip()
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with its errors as one line (no usage block): 'fleetplan: argument --x: …'."""
 
@@ -163,7 +172,7 @@ def plan(pl) -> None:
     effort_flag(pl, "quick: improve plan and bound for 60 s in all (default); thorough: for 10 min; "
                     "first: stop at the first whole plan. --time-limit, where given, is the budget instead")
     pl.add_argument("--workers", type=WORKERS, help="local processes for the slice programs (default: the cores, at most 8)")
-    pl.add_argument("--scheduler", help="address of a running Dask scheduler: slice programs run there")
+    pl.add_argument("--scheduler", type=scheduler, help="address of a running Dask scheduler: slice programs run there")
     pl.add_argument("--threads", type=field_value(Policy, "threads"))
     pl.add_argument("--backend", choices=["highs", "pyomo"], default="highs",
                     help="hand the program to HiGHS directly (default) or through Pyomo's persistent interface")
@@ -191,7 +200,7 @@ def sweep(sw) -> None:
     how.add_argument("--one-at-a-time", action="store_true", help="one key at a time, with a tornado chart")
     sw.add_argument("--executor", choices=["local", "dask"], default="local")
     sw.add_argument("--workers", type=WORKERS, default=2)
-    sw.add_argument("--scheduler", help="address of a running Dask scheduler (default: a local cluster)")
+    sw.add_argument("--scheduler", type=scheduler, help="address of a running Dask scheduler (default: a local cluster)")
     sw.add_argument("--out", default="sweep", help="output folder (default ./sweep); re-running skips finished runs")
     sw.add_argument("--reuse", action="store_true",
                     help="refresh a built model between runs of the same structure (faster; equal within the gap)")

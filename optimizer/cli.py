@@ -246,10 +246,13 @@ def cmd_plan(args) -> int:
     from optimizer.folder.write import write_plan
     from optimizer.pipeline import make_plan
     from optimizer.report import write_report
+    from optimizer.solve.parallel import check_scheduler
 
     progress = (lambda msg: print(msg, file=sys.stderr)) if not args.quiet else None
     inputs = [args.scenario] if args.scenario else []
     folder_target(args.out, PLAN, inputs=inputs)  # refuse a bad target before any work
+    if args.scheduler:
+        check_scheduler(args.scheduler)
     if args.from_plan:
         if args.scenario or args.set:
             raise ScenarioError("--from-plan replans a plan folder as recorded; give no SCENARIO or --set with it")
@@ -317,11 +320,14 @@ def _plan_text(sm: dict, out) -> str:
 
 @command("sweep", "plan a scenario over ranges of its inputs", flags.sweep)
 def cmd_sweep(args) -> int:
+    from optimizer.solve.parallel import check_scheduler
     from optimizer.sweep import parse_vary, sweep
 
     vary = parse_vary(args.vary or [])
     if not vary:
         raise ScenarioError("give at least one --vary KEY=V1,V2,…", field="--vary")
+    if args.scheduler:
+        check_scheduler(args.scheduler)
     table = sweep(args.scenario, vary, "one-at-a-time" if args.one_at_a_time else "grid", executor=args.executor,
                   workers=args.workers, scheduler=args.scheduler, out=args.out, reuse=args.reuse,
                   time_limit_s=args.time_limit, mip_gap=args.mip_gap, progress=not args.quiet,

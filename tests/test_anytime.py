@@ -20,7 +20,7 @@ from optimizer import pipeline
 from optimizer.pipeline import settings_from
 from optimizer.scenario import load_scenario
 from optimizer.solve import ModelCache, SolverSettings, anytime, lagrange, solve
-from optimizer.solve.parallel import SliceRunner
+from optimizer.solve.parallel import SliceRunner, check_scheduler
 from optimizer.solve.pricing import at_sizes, pool_sizes
 from optimizer.solve.settings import FIRST_PLAN_STEPS, STEPS
 from optimizer.solve.steps import Context, bound
@@ -107,6 +107,7 @@ def test_slices_give_the_same_bound_in_process_in_a_pool_and_on_dask(tiny, maste
     from dask.distributed import LocalCluster
 
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+        check_scheduler(cluster.scheduler_address)  # a live scheduler passes the up-front check
         on_dask = _lagrangian(tiny, mu, scheduler=cluster.scheduler_address)
     assert on_dask.bound_usd == pytest.approx(alone.bound_usd, rel=1e-9)
 

@@ -67,6 +67,14 @@ CASES = [
     (["sweep", str(TINY), "--vary", "demand.scale=1:inf:1", "--quiet"], "--vary", "finite"),
     (["sweep", str(TINY), "--vary", "demand.scale=1,2", "--workers", "0", "--quiet"], "--workers", "[1, 256]"),
     (["sweep", str(TINY), "--vary", "demand.scale=1,2", "--time-limit", "-1", "--quiet"], "--time-limit", "greater"),
+    (PLAN + ["--workers", "0"], "--workers", "[1, 256]"),
+    (PLAN + ["--workers", "nan"], "--workers", "'nan'"),
+    (PLAN + ["--effort", ""], "--effort", "first"),
+    (PLAN + ["--scheduler", ""], "--scheduler", "tcp://"),
+    (PLAN + ["--scheduler", "my laptop"], "--scheduler", "'my laptop'"),
+    (["sweep", str(TINY), "--vary", "demand.scale=1,2", "--scheduler", "8786", "--quiet"], "--scheduler", "tcp://"),
+    # well formed, but nobody answers: refused before the solve, not 30 s into refining
+    (PLAN + ["--scheduler", "tcp://127.0.0.1:1"], "--scheduler", "no Dask scheduler answers"),
 ]
 
 

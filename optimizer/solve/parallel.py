@@ -15,6 +15,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 
 import numpy as np
 
+from optimizer.errors import ScenarioError
 from optimizer.solve.slices import SliceProgram, SliceResult
 
 MIN_SECONDS = 0.5  # a slice program given less is not started
@@ -52,6 +53,17 @@ def run_slice(task) -> SliceResult:
     if seconds < MIN_SECONDS:  # the budget is spent: no result, the caller keeps what it has
         return SliceResult(sid, None, -np.inf, None, 0.0)
     return program.solve(seconds, args["gap"])
+
+
+def check_scheduler(address: str, seconds: float = 10.0) -> None:
+    """Refuse, before any work, a Dask scheduler that does not answer at ``address``."""
+    from dask.distributed import Client
+
+    try:
+        Client(address, timeout=seconds).close()
+    except (OSError, TimeoutError) as exc:
+        raise ScenarioError(f"no Dask scheduler answers at {address} within {seconds:g} s ({exc.__class__.__name__}); "
+                            "start one (dask scheduler) or leave --scheduler out", field="--scheduler") from None
 
 
 class SliceRunner:
