@@ -132,6 +132,8 @@ def main() -> None:
     p.add_argument("--out")
     p.add_argument("--history", type=Path)
     args = p.parse_args()
+    if args.history is not None and args.history.exists() and not args.history.is_dir():
+        p.error(f"--history {args.history}: expected a folder for the STEP.csv files, not a file")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for step in args.steps.split(","):
