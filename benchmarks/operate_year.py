@@ -38,10 +38,10 @@ def main(argv=None) -> int:
             rows.append(f"| {sigma:g} | {sm['hours']:,} | {sm['solve_seconds']:.1f} | {sm['wall_seconds']:.1f} | "
                         f"{sm['total_cost_usd'] / 1e6:.3f} | {sm['planned_total_cost_usd'] / 1e6:.3f} | "
                         f"{100 * sm['cost_vs_plan']:+.2f} | {sm['ondemand_nodes_peak']} | {sm['hours_with_unserved']} | "
-                        f"{sm['hours_short_of_gpus']} | {sm['hours_not_optimal']} |")
+                        f"{sm['hours_short_of_gpus']} | {sm['hours_rerouted']} |")
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print("| noise σ | hours | calendar + hourly programs s | wall s | year cost M$ | plan cost M$ | vs plan % | on-demand peak nodes "
-          "| hours unserved | hours short of GPUs | hours not optimal |")
+          "| hours unserved | hours short of GPUs | hours re-routed |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     print("\n".join(rows))
     print(f"\npeak memory of the operating process: {peak_mib:,.0f} MiB")

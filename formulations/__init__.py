@@ -50,7 +50,7 @@ def structure(inst) -> tuple:
     structure can share one program: `refresh` swaps in the other's coefficients (prices,
     demand, megawatts, caps); the pools' per-request GPU costs are set by the solve loop."""
     return (
-        tuple((st.id, st.slice, st.regime, st.lost_site, st.weight_hours, st.penalty_hours) for st in inst.states),
+        tuple((st.id, st.slice, st.regime, st.lost_site, st.weight_hours, st.penalty_hours, st.days) for st in inst.states),
         tuple(sorted((r, a.metro, a.site, a.workload, a.tier) for r, arcs in inst.arcs.items() for a in arcs)),
         tuple((p.role, p.regime, p.site, p.workload, p.tier, p.gpu, p.speed) for p in inst.pools),
         tuple(sorted(inst.demand)),
@@ -134,11 +134,12 @@ def write_solution(lp: LinearProgram, plan) -> tuple[np.ndarray, np.ndarray]:
         for key, col in lp.cols.get(block, {}).items():
             values[col] = float(table.get(key, 0.0))
 
-    sizes = {(pid, sid, n): 1.0 for (pid, sid), n in plan.replicas.items()}
     for role in Role:
         put(f"{role}_flow", plan.flows)
         put(f"{role}_replicas", plan.replicas)
+        sizes, extra = _size_choices(lp, role, plan.replicas)
         put(f"{role}_size", sizes)
+        put(f"{role}_size_extra", extra)
     put("route", plan.routes)
     put("unserved", plan.unserved)
     put("committed", plan.committed)
@@ -148,6 +149,22 @@ def write_solution(lp: LinearProgram, plan) -> tuple[np.ndarray, np.ndarray]:
     # a fixed column keeps its value (a commitment being operated)
     cols = np.array(sorted(c for c in values if not _fixed(lp, c)), dtype=np.int32)
     return cols, np.array([values[c] for c in cols])
+
+
+def _size_choices(lp: LinearProgram, role: str, replicas: dict) -> tuple[dict, dict]:
+    """A pool's whole size as its size choice: δ at n, or — beyond the capacity table — δ at
+    the table's last size and the replicas past it (`pools`)."""
+    table_end: dict = {}
+    for pid, sid, j in lp.cols.get(f"{role}_size", {}):
+        table_end[(pid, sid)] = max(table_end.get((pid, sid), 0), j)
+    sizes, extra = {}, {}
+    for key, n in replicas.items():
+        end = table_end.get(key)
+        if end is not None and n > 0:
+            sizes[(*key, min(n, end))] = 1.0
+            if n > end:
+                extra[key] = float(n - end)
+    return sizes, extra
 
 
 def _fixed(lp: LinearProgram, col: int) -> bool:

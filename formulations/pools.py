@@ -8,16 +8,24 @@ Chord mode:   replicas n[p,t] ∈ ℤ≥0 with peak-to-mean · y ≤ n · f(N)/N
               pool could need: a relaxation of exact mode (f is convex with f(0) = 0, so it lies
               below its chord) that sees whole replicas but not pool sizes, for bounds.
 Exact mode:   replicas n[p,t] ∈ ℤ≥0 and, where the pool queues (prefill, colocated), a
-              choice δ[p,t,j] ∈ {0,1} of the pool size j with
-              n = Σ_j j·δ_j,   Σ_j δ_j ≤ 1,   peak-to-mean · y ≤ Σ_j f(j)·δ_j
+              choice δ[p,t,j] ∈ {0,1} of the pool size j ≤ L (L the capacity table's length)
+              and e[p,t] ∈ ℤ≥0 replicas beyond it (only after δ_L: e ≤ (N − L)·δ_L), with
+              n = Σ_j j·δ_j + e,   Σ_j δ_j ≤ 1,   peak-to-mean · y ≤ Σ_j f(j)·δ_j + e·f(L)/L
               — f(n) exactly on the integers (f is convex below its utilisation cap, so no
-              single linear form of it would be); decode sides add peak-to-mean · y ≤ r_d · n.
+              single linear form of it would be; beyond the table f grows at f(L)/L per
+              replica); decode sides add peak-to-mean · y ≤ r_d · n.
 """
 
 from __future__ import annotations
 
 from formulations.linear import Param
 from optimizer.units import Role
+
+
+def per_replica(table, n: int) -> float:
+    """f(n)/n, read at the table's end beyond it (f extends at its last per-replica capacity)."""
+    n = min(n, len(table))
+    return float(table[n - 1]) / n
 
 
 def pool_states(inst, role: str, open_pools=None) -> list[tuple[int, int]]:
@@ -52,14 +60,22 @@ def add_pool_flows(build, role: str) -> dict:
             # per-replica capacity of the largest pool the state could need
             top = build.max_replicas[key]
             lp.col_upper[n] = float(top)
-            lp.add_row(f"{role}_slo", key, [(col, ptm), (n, -float(p.table[top - 1]) / top)], upper=0.0)
+            lp.add_row(f"{role}_slo", key, [(col, ptm), (n, -per_replica(p.table, top))], upper=0.0)
         elif p.table is not None:
-            sizes = range(1, build.max_replicas[key] + 1)
+            top = build.max_replicas[key]
+            sizes = range(1, min(top, len(p.table)) + 1)
             choose = lp.add_cols(f"{role}_size", [(*key, j) for j in sizes], upper=1.0, integer=True)
-            lp.add_row(f"{role}_size_sum", key, [(n, 1.0)] + [(choose[(*key, j)], -float(j)) for j in sizes], 0.0, 0.0)
+            size_sum = [(n, 1.0)] + [(choose[(*key, j)], -float(j)) for j in sizes]
+            slo = [(col, ptm)] + [(choose[(*key, j)], -float(p.table[j - 1])) for j in sizes]
+            if top > len(p.table):  # beyond the table f grows at its last per-replica capacity
+                extra = lp.add_cols(f"{role}_size_extra", [key], upper=float(top - len(p.table)), integer=True)[key]
+                lp.add_row(f"{role}_size_extra_after_table", key,
+                           [(extra, 1.0), (choose[(*key, len(p.table))], -float(top - len(p.table)))], upper=0.0)
+                size_sum.append((extra, -1.0))
+                slo.append((extra, -per_replica(p.table, len(p.table))))
+            lp.add_row(f"{role}_size_sum", key, size_sum, 0.0, 0.0)
             lp.add_row(f"{role}_size_one", key, [(choose[(*key, j)], 1.0) for j in sizes], upper=1.0)
-            lp.add_row(f"{role}_slo", key, [(col, ptm)] + [(choose[(*key, j)], -float(p.table[j - 1])) for j in sizes],
-                       upper=0.0)
+            lp.add_row(f"{role}_slo", key, slo, upper=0.0)
         if role in (Role.DECODE, Role.COLOCATED):
             lp.add_row(f"{role}_decode_slots", key, [(col, ptm), (n, -p.decode_rps)], upper=0.0)
     return flow

@@ -4,8 +4,9 @@ Within each day cycle (period × day type, hours in order, wrapping at midnight)
 at hour t must be started a cold start earlier and are paid for while they boot:
 Columns   v[s,g,t] ≥ 0   nodes started for slice t
           v[s,g,t] ≥ o[s,g,t] − o[s,g,prev(t)]
-Cost      h_t · (cold-start hours) · $/node-h · v   — h_t counts the days the ramp repeats
-          (a slice's weight is its hour on each of its days).
+Cost      d_t · (cold-start hours) · $/node-h · v   — d_t the days the slice's hour recurs
+          (a rise is paid once a day; a slice standing for several hours of each day weighs
+          more hours than days).
 The warm pool (a share φ of on-demand nodes kept idle for faster-than-cold-start rises) is
 in `procurement`'s usable-node count.
 """
@@ -32,5 +33,5 @@ def add_to(build) -> None:
     for (s, g, t), col in ramp.items():
         lp.add_row("ramp_up", (s, g, t), [(col, 1.0), (ondemand[(s, g, t)], -1.0), (ondemand[(s, g, prev[t])], 1.0)],
                    lower=0.0)
-        hours = inst.states[t].weight_hours
-        terms.add_cost("ramp", col, Param("ondemand_usd_per_node_hour", (s, g), hours * inst.cold_start_hours))
+        days = inst.states[t].days
+        terms.add_cost("ramp", col, Param("ondemand_usd_per_node_hour", (s, g), days * inst.cold_start_hours))

@@ -14,8 +14,8 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-from optimizer.costing import Solution, procurement_table
-from optimizer.instance import NOMINAL, Instance, replicas_for
+from optimizer.fleet import Solution, procurement_table, replicas_for
+from optimizer.instance import NOMINAL, Instance
 from optimizer.units import Role
 
 

@@ -26,15 +26,18 @@ HOURS = 24
 
 
 def build_slices(s: Scenario) -> pd.DataFrame:
-    """One row per slice: slice index, period, period index, day type, UTC hour, weight hours."""
+    """One row per slice: slice index, period, period index, day type, UTC hour, weight hours (the
+    hours of the year it stands for) and days (how often its hour recurs: its day type's days)."""
     rows = []
     hours = sorted(s.horizon.hours)
     span = HOURS / len(hours)
     for pi, period in enumerate(s.horizon.periods):
         for day in s.horizon.day_types:
             for hour in hours:
-                rows.append((period.id, pi, day.id, day.demand_multiplier, hour, period.days * day.share * span))
-    out = pd.DataFrame(rows, columns=["period", "period_index", "day_type", "day_multiplier", "hour", "weight_hours"])
+                rows.append((period.id, pi, day.id, day.demand_multiplier, hour, period.days * day.share * span,
+                             period.days * day.share))
+    out = pd.DataFrame(rows, columns=["period", "period_index", "day_type", "day_multiplier", "hour", "weight_hours",
+                                      "days"])
     out.index.name = "slice"
     return out
 

@@ -8,7 +8,7 @@ import pandas as pd
 
 from optimizer.budget import best_waterfall
 from optimizer.configs import decode_floor_ms, kv_bytes_per_token, workload_configs
-from optimizer.costing import Solution
+from optimizer.fleet import Solution, committed_nodes, site_kw
 from optimizer.instance import Instance
 from optimizer.scenario import Scenario
 from optimizer.units import Role
@@ -86,17 +86,15 @@ def capacity_reasons(s: Scenario, inst: Instance, sol: Solution) -> list[str]:
         return []
     sid = max(by_state, key=by_state.get)
     slice_row = inst.slices.loc[inst.states[sid].slice]
-    committed = defaultdict(int)
-    for (site, g, _), n in sol.committed.items():
-        committed[(site, g)] += n
+    committed = committed_nodes(sol)
+    drawn = site_kw(inst, sol, sid)
     full = []
     for site in inst.sites:
-        kw = sum(inst.node_kw[g] * inst.pue[site] * (committed[(site, g)] + sol.ondemand.get((site, g, sid), 0))
-                 for g in inst.gpus if (site, g) in inst.contracts)
+        kw = drawn.get(site, 0.0)
         if kw >= 0.98 * inst.power_kw[site]:
             full.append(f"{site} at {kw / 1000:.1f} of {inst.power_kw[site] / 1000:.1f} MW")
         for g in inst.gpus:
-            if (site, g) in inst.contracts and committed[(site, g)] >= inst.committed_max[(site, g)] > 0 \
+            if (site, g) in inst.contracts and committed.get((site, g), 0) >= inst.committed_max[(site, g)] > 0 \
                     and sol.ondemand.get((site, g, sid), 0) >= inst.ondemand_max[(site, g)]:
                 full.append(f"{site} out of {g} supply ({inst.committed_max[(site, g)]} reserved + "
                             f"{inst.ondemand_max[(site, g)]} on-demand nodes)")

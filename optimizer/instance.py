@@ -33,7 +33,7 @@ from optimizer.budget import first_token_ms, transfer_ms
 from optimizer.configs import ServingConfig, kv_bytes_per_token, workload_configs
 from optimizer.contracts import TERMS
 from optimizer.curves.economics import owned_usd_per_node_hour
-from optimizer.curves.queueing import capacity_table, servers_needed, slo_capacity_rps
+from optimizer.curves.queueing import capacity_table, slo_capacity_rps
 from optimizer.curves.transfer import kv_transfer_time_s
 from optimizer.demand import build_demand, build_slices
 from optimizer.scenario import Scenario
@@ -46,7 +46,9 @@ TRANSFER_SHARE_OF_TTFT = 0.1  # a replica whose own NIC needs more than this sha
 
 @dataclass(frozen=True)
 class State:
-    """An operating state: a slice (weight = its hours) or a contingency (weight 0)."""
+    """An operating state: a slice (weight = the hours of the year it stands for; days = how
+    often its hour recurs, which is how often a rise into it is paid) or a contingency
+    (weight 0)."""
 
     id: int
     slice: int
@@ -54,6 +56,7 @@ class State:
     lost_site: str | None
     weight_hours: float
     penalty_hours: float
+    days: float
 
 
 @dataclass(frozen=True)
@@ -394,10 +397,11 @@ def _arcs(s: Scenario, rtt: pd.DataFrame, tier_pools: dict, regimes: list[str]):
 
 
 def _states(s: Scenario, slices: pd.DataFrame, peak_slice: int) -> list[State]:
-    states = [State(int(t), int(t), NOMINAL, None, float(w), float(w)) for t, w in slices["weight_hours"].items()]
+    states = [State(int(t), int(t), NOMINAL, None, float(r.weight_hours), float(r.weight_hours), float(r.days))
+              for t, r in slices.iterrows()]
     if s.policy.n_minus_1:
         for site in s.sites:
-            states.append(State(len(states), peak_slice, RELAXED, site, 0.0, RESILIENCE_PENALTY_HOURS))
+            states.append(State(len(states), peak_slice, RELAXED, site, 0.0, RESILIENCE_PENALTY_HOURS, 0.0))
     return states
 
 
@@ -446,7 +450,7 @@ def _one_state(inst: Instance, slice_id: int, hours: float, demand: dict, open_p
     """The instance reduced to one nominal state (id 0) of ``slice_id`` weighing ``hours``,
     with ``demand``; arcs only into tiers where an open pool (all, where ``open_pools`` is
     None) takes requests."""
-    st = State(0, slice_id, NOMINAL, None, hours, hours)
+    st = State(0, slice_id, NOMINAL, None, hours, hours, float(inst.slices.loc[slice_id, "days"]))
     entry = {(p.site, p.workload, p.tier) for p in inst.pools_in(st)
              if (open_pools is None or p.id in open_pools) and p.role != Role.DECODE}
     arcs = [a for a in inst.arcs[NOMINAL] if (a.site, a.workload, a.tier) in entry]
@@ -472,19 +476,6 @@ def reach(inst: Instance) -> dict[tuple[int, int], float]:
             else:
                 out[(p.id, st.id)] = by_tier.get((p.regime, p.site, p.workload, p.tier, st.id), 0.0)
     return out
-
-
-def replicas_for(pool: Pool, requests_per_s: float) -> int:
-    """Whole replicas a pool needs for a (peak-sized) load: the smallest n with f(n) ≥ λ
-    for prefill, ⌈λ / decode capacity⌉ for decode, both for colocated."""
-    if requests_per_s <= 1e-12:
-        return 0
-    need = 0
-    if pool.table is not None:
-        need = servers_needed(requests_per_s, pool.table)
-    if pool.role in (Role.DECODE, Role.COLOCATED):
-        need = max(need, math.ceil(requests_per_s / pool.decode_rps - 1e-9))
-    return need
 
 
 def kappa(pool: Pool, n: int) -> float:

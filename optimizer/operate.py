@@ -1,10 +1,11 @@
-"""Operate a plan hour by hour through a whole year: the commitment fixed, each hour routed
-and provisioned on its own demand.
+"""Operate a plan hour by hour through a whole year: the commitment fixed, each hour's demand
+served as the plan routes it, the pools and on-demand nodes sized to it.
 
 The plan sizes its fleet on representative slices (period × day type × hour). Its year is
 8,760 hours that differ: demand grows within a period (the plan sees the period's middle),
-and days differ from their type's average. Here the committed nodes and the plan's pools
-(configs, tiers, sites) are kept; every hour chooses routing and on-demand nodes again.
+and days differ from their type's average. Here the committed nodes, the plan's pools
+(configs, tiers, sites) and its routing are kept; every hour sizes its pools and rents its
+on-demand nodes again.
 
 Calendar   day d of the year lies in period p (periods in order, their days); its day type
            spreads the types over the period by their shares (largest deficit first); UTC
@@ -13,16 +14,26 @@ Demand     λ[m,k,h] = λ_slice[m,k,slice(d,h)] · (1 + g)^(pos(d) − ½) · ε
            g the growth per period (modelled demand only), pos(d) ∈ (0,1) the day's position
            in its period (the plan sees the middle), ε[d,k] = exp(σ z − σ²/2), z ~ N(0,1)
            per (day, workload): day-to-day variation with mean 1 (σ = 0: none).
-Each hour  the plan's own linear program (`formulations`) on a one-hour view of the instance,
-           the commitment fixed and costing nothing more, only the plan's pools open, each
-           priced at κ of its largest planned size (`optimizer.solve.operating`); one program
-           for the year, warm-started from the hour before, only the demand changes. Its
-           flows are then made whole: replicas n = min{n : f(n) ≥ peak-to-mean · y} (and the
-           decode slots), nodes o = ⌈max(0, GPUs/GPUs-per-node − c) / (1 − φ)⌉ capped at the
-           on-demand cap; GPUs beyond the cap are reported short, never hidden.
+Routing    the plan's, as shares (`PlanShares`): each (metro, workload)'s requests spread over
+           its arcs, each tier's over its pools, each prefill class's over its decode pools as
+           in the slice the hour reads — a load balancer holding the plan's weights. At a
+           slice's own demand the pools carry exactly the plan's loads.
+Fleet      whole replicas, nodes, on-demand nodes, usable GPUs and kW by the one set of rules
+           the plan was costed with (`optimizer.fleet`): replicas n = min{n : f(n) ≥
+           peak-to-mean · y} (and the decode slots), o = ⌈max(0, N − c) / (1 − φ)⌉ capped at
+           the on-demand cap; hours reading the peak slice keep the on-demand nodes the plan
+           holds for a site-loss contingency.
+Re-routing an hour whose loads the fleet cannot host (GPUs short beyond the caps) is routed
+           again by the plan's own formulation on a one-hour view (`optimizer.solve.operating`:
+           the commitment fixed, the plan's pools open) and keeps that routing where it leaves
+           fewer GPUs short; such hours are counted (`hours_rerouted`).
 Cost       commitment (as planned) + Σ_h on-demand $/node-h · o + ramps (rises of o within
            the year × cold-start hours × rate) + egress; the unserved penalty is reported apart.
-One process runs the hours in order (see `optimizer.solve.operating`).
+
+Operating only the plan's own slices (`operate_slices`: each slice's demand, weighted by its
+hours, ramps within its planned day) reproduces the plan's cost lines: both come from the same
+loads and the same rules. The year differs from the plan by what the plan cannot see — growth
+inside a period, and day-to-day variation.
 """
 
 from __future__ import annotations
@@ -36,15 +47,26 @@ import numpy as np
 import pandas as pd
 
 from optimizer.contracts import COMMITTED_CATEGORIES, COST_COLUMNS
-from optimizer.costing import Solution, procurement_table
-from optimizer.curves.queueing import servers_needed_many
 from optimizer.errors import Origin, ScenarioError
+from optimizer.fleet import (
+    Hours,
+    Solution,
+    committed_nodes,
+    gpus_in_replicas,
+    nodes_for,
+    ondemand_for,
+    plan_hours,
+    price_hours,
+    procurement_table,
+    replicas_for,
+    replicas_needed,
+)
 from optimizer.folder.read import read_plan, scenario_of
-from optimizer.instance import Instance, Pool, build_instance
+from optimizer.instance import Instance, build_instance
 from optimizer.network import build_graph, rtt_matrix
 from optimizer.outputs import write_csv, write_text_atomic
 from optimizer.scenario import Scenario
-from optimizer.solve.operating import OperatingProgram, committed_nodes, largest_sizes
+from optimizer.solve.operating import OperatingProgram
 from optimizer.units import HOURS_PER_YEAR, SECONDS_PER_HOUR, Role
 
 
@@ -95,37 +117,82 @@ def hourly_demand(s: Scenario, inst: Instance, cal: pd.DataFrame, keys: list[tup
     return lam
 
 
+def demand_keys(inst: Instance) -> list[tuple[str, str]]:
+    """Every (metro, workload) with demand in some slice, in order."""
+    return sorted({(m, k) for m, k, _ in inst.demand})
+
+
+# ---------------------------------------------------------------------------- the plan operated
+
+
 @dataclass
 class Commitment:
-    """What the year is operated on: committed nodes per (site, accelerator), what they cost
-    a year, the plan's pools with their largest size, and the plan's own total cost."""
+    """What the year is operated on: committed nodes per (site, accelerator), the plan's load per
+    (pool, nominal state) and routes per (metro, site, workload, tier, nominal state), the GPUs
+    its site-loss states need per (site, accelerator), what the commitment costs a year and the
+    plan's own total cost."""
 
     nodes: dict[tuple[str, str], int]
-    pool_sizes: dict[int, int]  # pool id → largest planned replicas
+    flows: dict[tuple[int, int], float]
+    routes: dict[tuple, float]
+    demand: dict[tuple[str, str, int], float]  # (metro, workload, state) → requests/s the plan was made for
+    contingency_gpus: dict[tuple[str, str], int]
     committed_usd: float
     planned_total_usd: float
 
     @classmethod
     def of_solution(cls, inst: Instance, sol: Solution) -> "Commitment":
-        return cls(committed_nodes(sol), largest_sizes(sol), *_costs(procurement_table(inst, sol)))
+        nominal = {st.id for st in inst.states if st.lost_site is None}
+        flows = {key: y for key, y in sol.flows.items() if key[1] in nominal}
+        routes = {key: x for key, x in sol.routes.items() if key[4] in nominal}
+        return cls(committed_nodes(sol), flows, routes, _planned_demand(inst, routes), _contingency_gpus(inst, sol.replicas),
+                   *_costs(procurement_table(inst, sol)))
 
     @classmethod
     def of_plan(cls, inst: Instance, tables: dict[str, pd.DataFrame]) -> "Commitment":
-        """From a plan folder's tables: procurement.csv and pools.csv (nominal states)."""
+        """From a plan folder's tables: procurement.csv, pools.csv and routing.csv."""
         proc = tables["procurement"]
         nodes = {(r.site, r.gpu): int(r.reserved_nodes) for r in proc.itertuples() if r.gpu != "egress" and r.reserved_nodes}
+        state = _state_of(inst)
         pid = {(p.role, p.site, p.workload, p.tier, p.gpu, p.config.id, p.speed): p.id for p in inst.pools}
-        pools = tables["pools"]
-        if "lost_site" in pools:
-            pools = pools[pools["lost_site"].isna() | (pools["lost_site"] == "")]
-        sizes: dict = {}
-        for r in pools.itertuples():
+        flows, replicas = {}, {}
+        for r in tables["pools"].itertuples():
             key = (r.role, r.site, r.workload, int(r.tier), r.gpu, r.config, int(r.speed))
             if key not in pid:
                 raise ScenarioError(f"a {r.role} pool of {r.workload} at {r.site} ({r.config}) is not in the plan's "
                                     "scenario — was the folder edited?", Origin("pools.csv"), field="config")
-            sizes[pid[key]] = max(sizes.get(pid[key], 0), int(r.replicas))
-        return cls(nodes, sizes, *_costs(proc))
+            sid = state[(r.period, r.day_type, int(r.hour), r.lost_site if isinstance(r.lost_site, str) and r.lost_site else None)]
+            replicas[(pid[key], sid)] = int(r.replicas)
+            if r.requests_per_s > 0 and inst.states[sid].lost_site is None:
+                flows[(pid[key], sid)] = float(r.requests_per_s)
+        routes = {(r.metro, r.site, r.workload, int(r.tier), state[(r.period, r.day_type, int(r.hour), None)]):
+                  float(r.requests_per_s) for r in tables["routing"].itertuples() if r.requests_per_s > 0}
+        return cls(nodes, flows, routes, _planned_demand(inst, routes), _contingency_gpus(inst, replicas), *_costs(proc))
+
+
+def _planned_demand(inst: Instance, routes: dict) -> dict:
+    """The demand the plan was made for: its instance's, and at least what it routed."""
+    out = {(m, k, st.id): inst.demand.get((m, k, st.slice), 0.0) for st in inst.states if st.lost_site is None
+           for m, k in {(m, k) for m, k, t in inst.demand if t == st.slice}}
+    routed: dict = {}
+    for (m, _, k, _, sid), x in routes.items():
+        routed[(m, k, sid)] = routed.get((m, k, sid), 0.0) + x
+    return {key: max(out.get(key, 0.0), routed.get(key, 0.0)) for key in out.keys() | routed.keys()}
+
+
+def _state_of(inst: Instance) -> dict:
+    """(period, day type, hour, lost site) → state id."""
+    where = {t: (r.period, r.day_type, int(r.hour)) for t, r in inst.slices.iterrows()}
+    return {(*where[st.slice], st.lost_site): st.id for st in inst.states}
+
+
+def _contingency_gpus(inst: Instance, replicas: dict) -> dict[tuple[str, str], int]:
+    """The most GPUs any site-loss state's replicas need per (site, accelerator)."""
+    out: dict = {}
+    for (s, g, sid), n in gpus_in_replicas(inst, replicas).items():
+        if inst.states[sid].lost_site is not None:
+            out[(s, g)] = max(out.get((s, g), 0), n)
+    return out
 
 
 def _costs(proc: pd.DataFrame) -> tuple[float, float]:
@@ -135,27 +202,114 @@ def _costs(proc: pd.DataFrame) -> tuple[float, float]:
     return committed, float(proc["cost_usd"].sum())
 
 
-def _run_hours(lam: np.ndarray, program: OperatingProgram) -> dict:
-    """Solve the hours in order; returns per-hour flows (by ``program.pools``), egress and unserved."""
-    out = {"flows": np.zeros((len(lam), len(program.flow_cols))), "unserved": np.zeros((len(lam), len(program.keys))),
-           "egress_usd": np.zeros(len(lam)), "status": []}
-    for i, values in enumerate(lam):
-        x, optimal = program.solve(values)
-        out["status"].append(optimal)
-        out["flows"][i] = np.maximum(x[program.flow_cols], 0.0)
-        out["unserved"][i] = np.maximum(x[program.unserved_cols], 0.0)
-        out["egress_usd"][i] = float(program.egress_usd @ np.maximum(x[program.route_cols], 0.0))
-    return out
+class PlanShares:
+    """The plan's routing as a linear map from an hour's demand to its pools' loads, per slice:
+    each (metro, workload)'s requests spread over its arcs as the plan routed them, each (site,
+    workload, tier)'s over its prefill and colocated pools as the plan split them, each prefill
+    class's over its decode pools likewise. An hour reading slice t with demand λ (per key)
+    gives its pools y = M_t · λ, and at the slice's own demand exactly the plan's loads."""
+
+    def __init__(self, inst: Instance, commitment: Commitment, keys: list[tuple[str, str]]):
+        self.keys = keys
+        self.pools = sorted({pid for pid, _ in commitment.flows})
+        self._column = {pid: j for j, pid in enumerate(self.pools)}
+        self._key = {key: i for i, key in enumerate(keys)}
+        self.maps: dict[int, np.ndarray] = {}  # slice → pools × keys
+        self.egress: dict[int, np.ndarray] = {}  # slice → $ per hour per request/s of each key
+        for st in inst.states:
+            if st.lost_site is None:
+                self.maps[st.slice], self.egress[st.slice] = self._slice_map(inst, commitment, st)
+
+    def _slice_map(self, inst: Instance, commitment: Commitment, st) -> tuple[np.ndarray, np.ndarray]:
+        m = np.zeros((len(self.pools), len(self.keys)))
+        egress = np.zeros(len(self.keys))
+        into: dict = {}  # (site, workload, tier) → share of each key's requests routed into it
+        for (metro, site, k, tier, sid), x in commitment.routes.items():
+            if sid == st.id:
+                i = self._key[(metro, k)]
+                share = x / commitment.demand[(metro, k, st.id)]
+                into.setdefault((site, k, tier), np.zeros(len(self.keys)))[i] += share
+                egress[i] += share * SECONDS_PER_HOUR * inst.egress_usd_per_request[k]
+        groups: dict = {}
+        for (pid, sid), y in commitment.flows.items():
+            if sid == st.id:
+                p = inst.pools[pid]
+                group = (p.site, p.workload, p.speed) if p.role == Role.DECODE else (p.site, p.workload, p.tier)
+                groups.setdefault((p.role == Role.DECODE, group), []).append((pid, y))
+        handed: dict = {}  # (site, workload, decode class) → share of each key's requests handed to decode
+        for (is_decode, group), members in sorted(groups.items()):  # entry pools first
+            total = sum(y for _, y in members)
+            feed = handed if is_decode else into
+            for pid, y in members:
+                row = feed.get(group, np.zeros(len(self.keys))) * (y / total)
+                m[self._column[pid]] = row
+                p = inst.pools[pid]
+                if p.role == Role.PREFILL:
+                    handed[(p.site, p.workload, p.speed)] = handed.get((p.site, p.workload, p.speed), 0.0) + row
+        return m, egress
+
+    def loads(self, slices: np.ndarray, demand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(pool loads, hours × pools; egress $ per hour) for hours reading ``slices`` with
+        ``demand`` (hours × keys)."""
+        loads = np.zeros((len(slices), len(self.pools)))
+        egress = np.zeros(len(slices))
+        for t in np.unique(slices):
+            rows = np.flatnonzero(slices == t)
+            loads[rows] = demand[rows] @ self.maps[int(t)].T
+            egress[rows] = demand[rows] @ self.egress[int(t)]
+        return loads, egress
 
 
-def _whole_replicas(p: Pool, load: np.ndarray) -> np.ndarray:
-    """Whole replicas for each hour's peak-sized load (as `instance.replicas_for`)."""
-    n = np.zeros(len(load), dtype=np.int64)
-    if p.table is not None:
-        n = servers_needed_many(load, p.table)
-    if p.role in (Role.DECODE, Role.COLOCATED):
-        n = np.maximum(n, np.ceil(load / p.decode_rps - 1e-9).astype(np.int64))
-    return np.where(load > 1e-12, n, 0)
+def _gpus(inst: Instance, pools: list[int], loads: np.ndarray) -> dict[tuple[str, str], np.ndarray]:
+    """GPUs in whole replicas per (site, accelerator) for each hour's pool loads."""
+    gpus = {key: np.zeros(len(loads), dtype=np.int64) for key in inst.site_gpus}
+    for j, pid in enumerate(pools):
+        p = inst.pools[pid]
+        gpus[(p.site, p.gpu)] += p.gpus * replicas_needed(p, loads[:, j])
+    return gpus
+
+
+def _floor(inst: Instance, commitment: Commitment, s: str, g: str, reads_peak: np.ndarray) -> np.ndarray:
+    """On-demand nodes the hours reading the peak slice keep for the plan's site-loss states."""
+    need = nodes_for(commitment.contingency_gpus.get((s, g), 0), inst.gpus_per_node[g])
+    return np.where(reads_peak, ondemand_for(need, commitment.nodes.get((s, g), 0), inst.warm_fraction), 0)
+
+
+def _fleet(inst: Instance, commitment: Commitment, gpus: dict, hours: Hours, reads_peak: np.ndarray) -> dict:
+    """(site, accelerator) → its `fleet.Priced` hours."""
+    return {(s, g): price_hours(inst, s, g, commitment.nodes.get((s, g), 0), need, hours,
+                                _floor(inst, commitment, s, g, reads_peak))
+            for (s, g), need in gpus.items()}
+
+
+def _reroute(inst: Instance, commitment: Commitment, shares: PlanShares, lam: np.ndarray, hours: np.ndarray,
+             loads: np.ndarray, egress: np.ndarray) -> np.ndarray:
+    """The hours ``hours`` routed again by the operating program; an hour keeps the new routing
+    where it leaves fewer GPUs short. Updates ``loads`` and ``egress`` in place; returns the
+    hours that changed."""
+    if not len(hours):
+        return np.zeros(0, dtype=np.int64)
+    sizes: dict = {}
+    for (pid, _), y in commitment.flows.items():
+        sizes[pid] = max(sizes.get(pid, 0), replicas_for(inst.pools[pid], y))
+    program = OperatingProgram(inst, commitment.nodes, sizes)
+    assert program.keys == shares.keys  # both every (metro, workload) with demand, sorted
+    one = Hours.sequence(1)
+    changed = []
+    for h in hours:
+        x, _ = program.solve(lam[h])
+        new = np.zeros((1, len(shares.pools)))
+        for pid, col in zip(program.pools, program.flow_cols):
+            if pid in shares._column:
+                new[0, shares._column[pid]] += max(float(x[col]), 0.0)
+        short = [sum(p.gpus_short.sum() for p in _fleet(inst, commitment, _gpus(inst, shares.pools, y), one,
+                                                         np.zeros(1, bool)).values())
+                 for y in (loads[h][None, :], new)]
+        if short[1] < short[0]:
+            loads[h] = new[0]
+            egress[h] = float(program.egress_usd @ np.maximum(x[program.route_cols], 0.0))
+            changed.append(h)
+    return np.array(changed, dtype=np.int64)
 
 
 def operate_year(s: Scenario, inst: Instance, commitment: Commitment, *, noise_sigma: float = 0.0, seed: int = 0,
@@ -164,66 +318,79 @@ def operate_year(s: Scenario, inst: Instance, commitment: Commitment, *, noise_s
     say = progress or (lambda msg: None)
     start = time.perf_counter()
     cal = calendar(s, inst)
-    program = OperatingProgram(inst, commitment.nodes, commitment.pool_sizes)
-    lam = hourly_demand(s, inst, cal, program.keys, noise_sigma, seed)
-    say(f"operating {len(cal):,} hours on the plan's commitment")
-    run = _run_hours(lam, program)
+    keys = demand_keys(inst)
+    lam = hourly_demand(s, inst, cal, keys, noise_sigma, seed)
+    say(f"operating {len(cal):,} hours on the plan's commitment, as the plan routes them")
+    shares = PlanShares(inst, commitment, keys)
+    slices = cal["slice"].to_numpy()
+    reads_peak = slices == inst.peak_slice
+    loads, egress = shares.loads(slices, lam)
+    year = Hours.sequence(len(cal))
+    fleet = _fleet(inst, commitment, _gpus(inst, shares.pools, loads), year, reads_peak)
+    short = np.flatnonzero(sum(p.gpus_short for p in fleet.values()) > 0)
+    rerouted = _reroute(inst, commitment, shares, lam, short, loads, egress)
+    if len(rerouted):
+        fleet = _fleet(inst, commitment, _gpus(inst, shares.pools, loads), year, reads_peak)
     solve_s = time.perf_counter() - start
-    pools = [inst.pools[pid] for pid in program.pools]
-    flows, unserved = run["flows"], run["unserved"]
-    gpus = {key: np.zeros(len(cal)) for key in inst.site_gpus}
-    for j, p in enumerate(pools):
-        gpus[(p.site, p.gpu)] += p.gpus * _whole_replicas(p, p.peak_to_mean * flows[:, j])
-    hours, sites = _cost_hours(inst, commitment, cal, gpus)
+    hours, sites = _cost_hours(inst, commitment, cal, fleet, _gpus(inst, shares.pools, loads))
+    entry = [j for j, pid in enumerate(shares.pools) if inst.pools[pid].role != Role.DECODE]
     hours["demand_rps"] = lam.sum(axis=1)
-    hours["served_rps"] = flows[:, [j for j, p in enumerate(pools) if p.role != Role.DECODE]].sum(axis=1)
-    hours["unserved_rps"] = unserved.sum(axis=1)
-    hours["egress_usd"] = run["egress_usd"]
-    hours["solved"] = run["status"]
-    summary = _summary(commitment, hours, lam, unserved, noise_sigma, seed, solve_s, time.perf_counter() - start)
+    hours["served_rps"] = loads[:, entry].sum(axis=1)
+    hours["unserved_rps"] = np.maximum(hours["demand_rps"] - hours["served_rps"], 0.0)
+    hours["egress_usd"] = egress
+    hours["rerouted"] = np.isin(np.arange(len(cal)), rerouted)
+    summary = _summary(commitment, hours, lam, noise_sigma, seed, solve_s, time.perf_counter() - start)
     say(f"operated {len(cal):,} hours in {summary['wall_seconds']:.1f} s")
     return Operations(hours, sites, summary)
 
 
-def _cost_hours(inst: Instance, commitment: Commitment, cal: pd.DataFrame, gpus: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
-    committed = commitment.nodes
+def operate_slices(inst: Instance, commitment: Commitment) -> pd.DataFrame:
+    """The plan's own slices operated (each its slice's demand, weighted by its hours, ramps
+    within its planned day): per (site, accelerator), on-demand node-hours, ramp node-hours and
+    their cost — which reproduce the plan's procurement lines."""
+    keys = demand_keys(inst)
+    ids, hours = plan_hours(inst)
+    slices = np.array([inst.states[sid].slice for sid in ids])
+    lam = np.array([[inst.demand.get((m, k, t), 0.0) for m, k in keys] for t in slices])
+    shares = PlanShares(inst, commitment, keys)
+    loads, _ = shares.loads(slices, lam)
+    fleet = _fleet(inst, commitment, _gpus(inst, shares.pools, loads), hours, slices == inst.peak_slice)
+    rows = [{"site": s, "gpu": g, "ondemand_node_hours": float(p.ondemand @ hours.weight_hours),
+             "ramp_node_hours": float(hours.rises(p.ondemand) @ hours.repeats) * inst.cold_start_hours,
+             "cost_ondemand_usd": float(p.ondemand_usd.sum()), "cost_ramp_usd": float(p.ramp_usd.sum())}
+            for (s, g), p in fleet.items() if p.ondemand.any()]
+    return pd.DataFrame(rows, columns=["site", "gpu", "ondemand_node_hours", "ramp_node_hours", "cost_ondemand_usd",
+                                       "cost_ramp_usd"])
+
+
+def _cost_hours(inst: Instance, commitment: Commitment, cal: pd.DataFrame, fleet: dict,
+                gpus: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     hours = cal[["day", "period", "day_type", "utc_hour"]].copy()
     hours.insert(0, "hour_of_year", np.arange(len(cal)))
-    hours["ondemand_nodes"] = 0
-    hours["ondemand_usd"] = 0.0
-    hours["ramp_usd"] = 0.0
-    hours["gpus_short"] = 0
+    hours["ondemand_nodes"] = sum(p.ondemand for p in fleet.values())
+    hours["ondemand_usd"] = sum(p.ondemand_usd for p in fleet.values())
+    hours["ramp_usd"] = sum(p.ramp_usd for p in fleet.values())
+    hours["gpus_short"] = sum(p.gpus_short for p in fleet.values())
+    kw = {site: np.zeros(len(cal)) for site in inst.sites}
     rows = []
-    kw = np.zeros((len(cal), len(inst.sites)))
-    for s, g in inst.site_gpus:
+    for (s, g), p in fleet.items():
+        c = commitment.nodes.get((s, g), 0)
+        cap = inst.ondemand_max[(s, g)]
+        kw[s] += p.kw
         need = gpus[(s, g)]
-        per_node = inst.gpus_per_node[g]
-        c = committed.get((s, g), 0)
-        cap = inst.ondemand_max[(s, g)] if inst.allow_ondemand else 0
-        nodes = np.ceil(need / per_node - 1e-9)
-        wanted = np.ceil(np.maximum(nodes - c, 0) / (1 - inst.warm_fraction) - 1e-9).astype(np.int64)
-        o = np.minimum(wanted, cap)
-        usable = (c + np.floor((1 - inst.warm_fraction) * o + 1e-9)) * per_node
-        short = np.maximum(need - usable, 0).astype(np.int64)
-        rate = inst.contracts[(s, g)].ondemand
-        rises = np.maximum(np.diff(o, prepend=o[-1]), 0)
-        hours["ondemand_nodes"] += o
-        hours["ondemand_usd"] += rate * o
-        hours["ramp_usd"] += rate * inst.cold_start_hours * rises
-        hours["gpus_short"] += short
-        kw[:, inst.sites.index(s)] += inst.node_kw[g] * inst.pue[s] * (c + o)
-        if c or o.any():
-            rows.append({"site": s, "gpu": g, "committed_nodes": c, "ondemand_nodes_peak": int(o.max()),
-                         "ondemand_cap": cap, "ondemand_node_hours": int(o.sum()), "hours_at_cap": int((wanted >= cap).sum() if cap else 0),
-                         "gpus_busy_peak": int(need.max()), "gpu_utilisation": float(need.sum() / max((c * HOURS_PER_YEAR + o.sum()) * per_node, 1)),
-                         "ondemand_usd": float(rate * o.sum()), "ramp_usd": float(rate * inst.cold_start_hours * rises.sum()),
-                         "hours_short": int((short > 0).sum())})
-    power = np.array([inst.power_kw[s] for s in inst.sites])
-    hours["sites_over_power"] = (kw > power * (1 + 1e-9)).sum(axis=1)
+        if c or p.ondemand.any():
+            rows.append({"site": s, "gpu": g, "committed_nodes": c, "ondemand_nodes_peak": int(p.ondemand.max()),
+                         "ondemand_cap": cap, "ondemand_node_hours": int(p.ondemand.sum()),
+                         "hours_at_cap": int((p.wanted >= cap).sum() if cap else 0), "gpus_busy_peak": int(need.max()),
+                         "gpu_utilisation": float(need.sum() / max((c * HOURS_PER_YEAR + p.ondemand.sum())
+                                                                   * inst.gpus_per_node[g], 1)),
+                         "ondemand_usd": float(p.ondemand_usd.sum()), "ramp_usd": float(p.ramp_usd.sum()),
+                         "hours_short": int((p.gpus_short > 0).sum())})
+    hours["sites_over_power"] = sum((kw[site] > inst.power_kw[site] * (1 + 1e-9)).astype(int) for site in inst.sites)
     return hours, pd.DataFrame(rows)
 
 
-def _summary(commitment: Commitment, hours, lam, unserved, sigma, seed, solve_s, wall_s) -> dict:
+def _summary(commitment: Commitment, hours, lam, sigma, seed, solve_s, wall_s) -> dict:
     committed_usd = commitment.committed_usd
     ondemand = float(hours["ondemand_usd"].sum())
     ramp = float(hours["ramp_usd"].sum())
@@ -234,11 +401,11 @@ def _summary(commitment: Commitment, hours, lam, unserved, sigma, seed, solve_s,
     return {
         "hours": int(len(hours)), "noise_sigma": sigma, "seed": seed,
         "solve_seconds": solve_s, "wall_seconds": wall_s,
-        "hours_not_optimal": int((~hours["solved"]).sum()),
+        "hours_rerouted": int(hours["rerouted"].sum()),
         "committed_usd": committed_usd, "ondemand_usd": ondemand, "ramp_usd": ramp, "egress_usd": egress,
         "total_cost_usd": total, "planned_total_cost_usd": planned,
         "cost_vs_plan": total / planned - 1 if planned else 0.0,
-        "unserved_fraction": float(unserved.sum()) * SECONDS_PER_HOUR / requests if requests else 0.0,
+        "unserved_fraction": float(hours["unserved_rps"].sum()) * SECONDS_PER_HOUR / requests if requests else 0.0,
         "hours_with_unserved": int((hours["unserved_rps"] > 1e-6).sum()),
         "hours_short_of_gpus": int((hours["gpus_short"] > 0).sum()),
         "hours_over_power": int((hours["sites_over_power"] > 0).sum()),

@@ -48,7 +48,7 @@ class FolderKind:
 
 
 PLAN = FolderKind("plan folder", "summary.json", frozenset({
-    "summary.json", "scenario.json", "procurement.csv", "pools.csv", "routing.csv", "slo.csv", "curves.csv",
+    "summary.json", "scenario.json", "procurement.csv", "nodes.csv", "pools.csv", "routing.csv", "slo.csv", "curves.csv",
     "plan.xlsx", "report.html", "verify.csv", "verify.json", "stress.csv", "stress.json", "operations.csv",
     "operations_sites.csv", "operations.json", "verify_trace.csv", "verify_trace.json", "verify_compare.csv"}))
 DEMAND = FolderKind("demand folder", "derived.json", frozenset({

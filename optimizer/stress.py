@@ -41,7 +41,7 @@ from optimizer.configs import config_at, kv_bytes_per_token
 from optimizer.curves.queueing import wait_quantile_s
 from optimizer.errors import ScenarioError, unknown_id_message
 from optimizer.folder.read import read_plan
-from optimizer.folder.schema import TABLES
+from optimizer.folder.schema import OPTIONAL_TABLES, TABLES
 from optimizer.network import build_graph, rtt_matrix
 from optimizer.outputs import write_csv, write_text_atomic
 from optimizer.scenario import RawScenario, Scenario, apply_overrides, validate
@@ -113,7 +113,8 @@ def perturbed_folder(plan_dir, out_dir, perturb=(), demand_factor=1.0, rtt_facto
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     tables = dict(plan.tables, routing=routing, pools=pools)
     for name in TABLES:
-        tables[name].to_csv(out / f"{name}.csv", index=False, float_format="%.12g")
+        if name not in OPTIONAL_TABLES:  # the plan's nodes per slice do not hold in a perturbed world
+            tables[name].to_csv(out / f"{name}.csv", index=False, float_format="%.12g")
     unserved.to_csv(out / "unserved.csv", index=False)
     return out
 

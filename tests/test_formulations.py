@@ -20,6 +20,7 @@ from optimizer.instance import Arc, CommittedPrice, Contract, Instance, Pool, St
 from optimizer.units import HOURS_PER_YEAR, SECONDS_PER_HOUR
 
 HOURS = HOURS_PER_YEAR / 2  # two slices, each half the year
+DAYS = HOURS_PER_YEAR / 24  # each slice's hour recurs every day
 TABLE = np.array([5.0, 12.0, 20.0])  # f(n): requests/s a queueing pool of n replicas carries
 
 
@@ -32,9 +33,10 @@ def tiny(n_minus_1: bool = False, cold_start_hours: float = 1 / 6, **changes) ->
     slices 0 (hour 0, 10 req/s) and 1 (hour 12, 20 req/s, the peak); at each site a prefill
     pool (table f), a colocated pool (f and 3 req/s of decode slots) and a decode pool."""
     slices = pd.DataFrame({"period": ["Y", "Y"], "period_index": [0, 0], "day_type": ["all", "all"],
-                           "day_multiplier": [1.0, 1.0], "hour": [0, 12], "weight_hours": [HOURS, HOURS]})
+                           "day_multiplier": [1.0, 1.0], "hour": [0, 12], "weight_hours": [HOURS, HOURS],
+                           "days": [DAYS, DAYS]})
     slices.index.name = "slice"
-    states = [State(0, 0, "nominal", None, HOURS, HOURS), State(1, 1, "nominal", None, HOURS, HOURS)]
+    states = [State(0, 0, "nominal", None, HOURS, HOURS, DAYS), State(1, 1, "nominal", None, HOURS, HOURS, DAYS)]
     pools, tier_pools, decode_pools = [], {}, {}
     for site in ("s1", "s2"):
         base = len(pools)
@@ -47,7 +49,7 @@ def tiny(n_minus_1: bool = False, cold_start_hours: float = 1 / 6, **changes) ->
         tier_pools[("nominal", site, "k", 0)] = [base, base + 1]
         decode_pools[(site, "k", 0)] = [base + 2]
     if n_minus_1:
-        states.append(State(2, 1, "relaxed", "s1", 0.0, 1000.0))
+        states.append(State(2, 1, "relaxed", "s1", 0.0, 1000.0, 0.0))
         for site in ("s1", "s2"):
             base = len(pools)
             pools.append(Pool(base, "colocated", "relaxed", site, "k", 0, "g", _config(f"{site}/c", "colocated", 1),
@@ -171,7 +173,9 @@ def test_scaling_prices_ramps_within_a_day():
     coefs, lo, _ = row(lp, "ramp_up", ("s1", "g", 1))
     o = lp.cols["ondemand"]
     assert lo == 0.0 and coefs == {v: 1.0, o[("s1", "g", 1)]: -1.0, o[("s1", "g", 0)]: 1.0}
-    assert cost(lp, v) == pytest.approx(30.0 * HOURS / 6)
+    # paid once on each day the hour recurs (365), not for every hour the slice stands for (12 a
+    # day here): a rise into 12:00 happens once a day
+    assert cost(lp, v) == pytest.approx(30.0 * DAYS / 6)
     assert "ramp" not in program(tiny(cold_start_hours=0.0))[0].cols
 
 
@@ -286,7 +290,8 @@ def test_a_constraint_added_to_the_formulation_reaches_plan_reoperation_and_year
     from optimizer.operate import Commitment, operate_year
     from optimizer.scenario import load_scenario
     from optimizer.solve import SolverSettings, solve
-    from optimizer.solve.operating import OperatingProgram, committed_nodes, largest_sizes
+    from optimizer.fleet import committed_nodes
+    from optimizer.solve.operating import OperatingProgram, largest_sizes
 
     s, raw = load_scenario(Path(__file__).parent / "data" / "tiny.yaml")
     inst = build_instance(s, rtt_matrix(build_graph(s, raw.path.parent), s))

@@ -27,7 +27,7 @@ LAYERS = [
                   "optimizer.checks", "optimizer.operating", "optimizer.instance", "optimizer.calibration.model",
                   "optimizer.calibration.fit"]),
     ("formulations", ["formulations"]),
-    ("solve", ["optimizer.backends", "optimizer.rebalance", "optimizer.costing", "optimizer.solve", "optimizer.baseline",
+    ("solve", ["optimizer.backends", "optimizer.repair", "optimizer.fleet", "optimizer.solve", "optimizer.baseline",
                "optimizer.diagnosis"]),
     ("results", ["optimizer.results"]),
     ("folder", ["optimizer.folder"]),

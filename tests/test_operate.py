@@ -6,11 +6,14 @@ import json
 from types import SimpleNamespace
 
 import numpy as np
+import pandas as pd
 import pytest
 from small import SMALL
 
 from optimizer.cli import main
 from optimizer.demand import build_slices
+from optimizer.fleet import procurement_table
+from optimizer.folder.read import read_plan
 from optimizer.folder.write import write_plan
 from optimizer.instance import build_instance
 from optimizer.network import build_graph, rtt_matrix
@@ -19,6 +22,7 @@ from optimizer.operate import (
     calendar,
     hourly_demand,
     operate_plan,
+    operate_slices,
     operate_year,
 )
 from optimizer.pipeline import make_plan, settings_from
@@ -79,7 +83,7 @@ def test_every_hour_is_served_and_the_costs_add_up(planned):
     folder, s, inst, sol = planned
     ops = operate_year(s, inst, Commitment.of_solution(inst, sol))
     h, sm = ops.hours, ops.summary
-    assert sm["hours"] == len(h) == 8760 and sm["hours_not_optimal"] == 0
+    assert sm["hours"] == len(h) == 8760 and sm["hours_rerouted"] == 0
     np.testing.assert_allclose(h["served_rps"] + h["unserved_rps"], h["demand_rps"], rtol=1e-6)
     assert sm["hours_with_unserved"] == 0 and sm["hours_short_of_gpus"] == 0 and sm["hours_over_power"] == 0
     assert sm["total_cost_usd"] == pytest.approx(sm["committed_usd"] + h["ondemand_usd"].sum() + h["ramp_usd"].sum()
@@ -89,6 +93,35 @@ def test_every_hour_is_served_and_the_costs_add_up(planned):
     # the same year from the plan folder: the commitment survives the round trip through the CSVs
     again = operate_plan(folder)
     assert again.summary["total_cost_usd"] == pytest.approx(sm["total_cost_usd"], rel=1e-9)
+
+
+def test_operating_the_plans_own_slices_reproduces_its_cost_lines(planned):
+    """The plan and its operation make the fleet whole by the same rules from the same loads:
+    each slice operated at its own demand rents what the plan rents, line by line — from the
+    plan in memory and from its folder."""
+    folder, s, inst, sol = planned
+    for commitment, proc in ((Commitment.of_solution(inst, sol), procurement_table(inst, sol)),
+                             (Commitment.of_plan(inst, read_plan(folder).tables), pd.read_csv(folder / "procurement.csv"))):
+        lines = operate_slices(inst, commitment).set_index(["site", "gpu"])
+        proc = proc[proc["gpu"] != "egress"].set_index(["site", "gpu"])
+        renting = proc[proc["ondemand_node_hours"] > 0]
+        assert len(renting) > 0  # the premise: the plan rents on demand somewhere
+        for column in ("ondemand_node_hours", "ramp_node_hours", "cost_ondemand_usd", "cost_ramp_usd"):
+            got = lines[column].reindex(renting.index).fillna(0.0)
+            np.testing.assert_allclose(got, renting[column], rtol=1e-3, err_msg=column)
+
+
+def test_the_year_at_no_noise_differs_from_the_plan_by_growth_inside_the_quarter(planned):
+    """Growth of g a quarter moves an hour's demand by (1 + g)^(±½) around the quarter's middle,
+    which the plan sees; with no day-to-day noise the year costs within that much of the plan."""
+    _, s, inst, sol = planned
+    flat = s.model_copy(update={"demand": s.demand.model_copy(update={"growth_per_period": 0.0})})
+    commitment = Commitment.of_solution(inst, sol)
+    # without growth only the ramps differ: the year's hours cross from one period's day into the
+    # next four times, where the plan's planned day wraps into itself
+    assert operate_year(flat, inst, commitment).summary["cost_vs_plan"] == pytest.approx(0.0, abs=1e-4)
+    grown = operate_year(s, inst, commitment).summary
+    assert 0 <= grown["cost_vs_plan"] < s.demand.growth_per_period / 2
 
 
 def test_more_demand_on_the_same_commitment_rents_more(planned):

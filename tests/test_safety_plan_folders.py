@@ -102,6 +102,8 @@ CASES = {
     "a retyped summary": (_edit_json("summary.json", lambda d: d.update(total_cost_usd="lots")),
                           r"summary\.json, field 'total_cost_usd'"),
     "a nan in the costs": (_set_cell("procurement.csv", "cost_usd", "nan"), r"procurement\.csv, line 2, field 'cost_usd'"),
+    "nodes that procurement does not buy": (_set_cell("nodes.csv", "committed_nodes", "999"),
+                                            r"nodes\.csv, line 2, field 'committed_nodes'.*procurement\.csv"),
     # fields only reports read (the fuzz found each of these crashing `report`)
     "an infinite figure in the summary": (_edit_json("summary.json", lambda d: d.update(tokens_per_s_per_mw=math.inf)),
                                           r"summary\.json, field 'tokens_per_s_per_mw'"),
@@ -160,7 +162,7 @@ def test_a_pool_with_a_residue_of_load_and_no_replicas_reads(plan_dir, tmp_path,
 
 # ---------------------------------------------------------------------------- fuzz
 
-FILES = ["summary.json", "scenario.json", "procurement.csv", "pools.csv", "routing.csv", "slo.csv", "curves.csv"]
+FILES = ["summary.json", "scenario.json", "procurement.csv", "nodes.csv", "pools.csv", "routing.csv", "slo.csv", "curves.csv"]
 
 
 @st.composite

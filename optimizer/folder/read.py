@@ -28,14 +28,14 @@ import numpy as np
 import pandas as pd
 
 from optimizer.errors import Origin, ScenarioError
-from optimizer.folder.schema import TABLE_COLUMNS, Column
+from optimizer.folder.schema import OPTIONAL_TABLES, TABLE_COLUMNS, Column
 from optimizer.outputs import unescape_text
 from optimizer.results import Plan
 from optimizer.scenario import RawScenario, Scenario, validate
 from optimizer.sources import read_text
 from optimizer.units import Role
 
-REQUIRED = ("summary.json", "scenario.json") + tuple(f"{name}.csv" for name in TABLE_COLUMNS)
+REQUIRED = ("summary.json", "scenario.json") + tuple(f"{name}.csv" for name in TABLE_COLUMNS if name not in OPTIONAL_TABLES)
 BALANCE_TOLERANCE = 1e-6  # relative, on requests/s (tables carry 12 significant digits)
 
 # the summary's fields that other commands read, with their JSON types
@@ -159,7 +159,8 @@ def read_folder(plan_dir) -> tuple[dict, dict, dict[str, pd.DataFrame]]:
     summary = _json_object(d / "summary.json", "the plan's summary")
     _check_summary(summary, d / "summary.json")
     data = _json_object(d / "scenario.json", "the plan's resolved scenario")
-    tables = {name: read_table(d / f"{name}.csv", cols) for name, cols in TABLE_COLUMNS.items()}
+    tables = {name: read_table(d / f"{name}.csv", cols) for name, cols in TABLE_COLUMNS.items()
+              if name not in OPTIONAL_TABLES or (d / f"{name}.csv").exists()}
     return summary, data, tables
 
 
@@ -223,6 +224,8 @@ def check_consistency(d: Path, s, tables: dict[str, pd.DataFrame]) -> None:
            "a pool taking {requests_per_s} requests/s has no replicas")
     _check_fit(pools[~lost], nodes, s, path)
     _check_balance(pools[~lost], routing, path)
+    if "nodes" in tables:
+        _check_nodes(tables["nodes"], pools[~lost], nodes, s, path)
 
 
 def _check_fit(pools: pd.DataFrame, nodes: pd.DataFrame, s, path: dict) -> None:
@@ -239,6 +242,32 @@ def _check_fit(pools: pd.DataFrame, nodes: pd.DataFrame, s, path: dict) -> None:
             raise ScenarioError(f"the pools of {site}/{gpu} at {period}/{day_type}/{hour} need {n:,} GPUs, but "
                                 f"procurement.csv buys at most {have:,} there; the folder's files do not agree",
                                 Origin(str(path["pools"]), int(rows.index[0]) + 2), field="replicas")
+
+
+def _check_nodes(table: pd.DataFrame, pools: pd.DataFrame, proc: pd.DataFrame, s, path: dict) -> None:
+    """nodes.csv against the other tables: each (site, accelerator)'s committed nodes are
+    procurement.csv's, its on-demand node-hours add up to procurement.csv's, and each slice's
+    GPUs in replicas are pools.csv's, within the GPUs it provisions."""
+    bought = proc.groupby(["site", "gpu"])[["reserved_nodes", "ondemand_node_hours"]].sum()
+    key = list(zip(table["site"], table["gpu"]))
+    _first(table, [k not in bought.index for k in key], path["nodes"], "site",
+           "{site}/{gpu} has nodes but procurement.csv buys none there")
+    _first(table, table["committed_nodes"].to_numpy() != np.array([bought.loc[k, "reserved_nodes"] for k in key]),
+           path["nodes"], "committed_nodes", "{site}/{gpu} commits {committed_nodes} nodes, procurement.csv another number")
+    hours = (table["ondemand_nodes"] * table["weight_hours"]).groupby([table["site"], table["gpu"]]).sum()
+    for (site, gpu), v in hours.items():
+        if abs(v - bought.loc[(site, gpu), "ondemand_node_hours"]) > BALANCE_TOLERANCE * max(v, 1.0):
+            _first(table, (table["site"] == site) & (table["gpu"] == gpu), path["nodes"], "ondemand_nodes",
+                   "{site}/{gpu}: its on-demand nodes add up to other node-hours than procurement.csv's")
+    used = (pools["replicas"] * pools["gpus_per_replica"]).groupby(
+        [pools["site"], pools["gpu"], pools["period"], pools["day_type"], pools["hour"]]).sum()
+    got = table.set_index(["site", "gpu", "period", "day_type", "hour"])["gpus_in_replicas"]
+    per_node = np.array([s.accelerators[g].gpus_per_node for g in table["gpu"]])
+    provisioned = (table["committed_nodes"] + table["ondemand_nodes"]).to_numpy() * per_node
+    _first(table, got.to_numpy() != used.reindex(got.index).fillna(0).to_numpy(), path["nodes"], "gpus_in_replicas",
+           "{site}/{gpu} at {period}/{day_type}/{hour}: {gpus_in_replicas} GPUs in replicas, pools.csv another number")
+    _first(table, table["gpus_in_replicas"].to_numpy() > provisioned, path["nodes"], "gpus_in_replicas",
+           "{site}/{gpu} at {period}/{day_type}/{hour}: more GPUs in replicas than its nodes hold")
 
 
 def _mismatch(a: pd.Series, b: pd.Series):

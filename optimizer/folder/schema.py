@@ -95,6 +95,12 @@ TABLE_COLUMNS: dict[str, tuple[Column, ...]] = {
         _float("service_mean_ms", 0, MAX_MS), _float("nic_gb_s", 0, 1e6),
         Column("prefill_batch_tokens", "int", 0, 10_000_000, default=0),
     ),
+    "nodes": (
+        _text("site"), _text("gpu"), *SLICE, _float("weight_hours", 0, 8784), _int("gpus_in_replicas", 0, MAX_NODES * 72),
+        _int("committed_nodes", 0, MAX_NODES), _int("ondemand_nodes", 0, MAX_NODES),
+        _int("gpus_usable", 0, MAX_NODES * 72), _float("kw", 0, 1e12),
+    ),
 }
 
 TABLES = tuple(TABLE_COLUMNS)
+OPTIONAL_TABLES = ("nodes",)  # absent from folders written before it existed

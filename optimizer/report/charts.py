@@ -47,46 +47,21 @@ def slice_ticks(axis: pd.DataFrame) -> list[tuple[float, str]]:
 
 
 def provisioning_data(folder: PlanFolder) -> pd.DataFrame:
-    """Per (site, accelerator) and slice: GPUs in replicas, committed and on-demand nodes,
-    GPUs provisioned. The tables give on-demand nodes only as the year's peak and node-hours;
-    per slice they follow from the rule that made the plan whole (`costing.commit`):
-
-        N_t = ⌈GPUs in replicas_t / GPUs per node⌉,   o_t = ⌈max(0, N_t − c) / (1 − φ)⌉,
-
-    c the committed nodes and φ the warm-pool fraction (rented nodes kept warm, not serving).
+    """Per (site, accelerator) and slice: GPUs in replicas, committed and on-demand nodes, GPUs
+    provisioned — as the plan made its fleet whole (nodes.csv, `optimizer.fleet`).
     Provisioned GPUs_t = (c + o_t) · GPUs per node."""
-    s = folder.scenario
-    axis = slice_axis(folder)
-    per_node = folder.gpus_per_node()
-    pools = folder.nominal_pools()
-    used = (pools["replicas"] * pools["gpus_per_replica"]).groupby(
-        [pools["site"], pools["gpu"], pools["period"], pools["day_type"], pools["hour"]]).sum().rename("gpus_in_replicas")
-    proc = folder.tables["procurement"]
-    proc = proc[proc["gpu"] != "egress"]
-    frames = [axis.assign(site=r.site, gpu=r.gpu, committed_nodes=int(r.reserved_nodes), gpus_per_node=per_node[r.gpu])
-              for r in proc.itertuples()]
-    if not frames:
+    if "nodes" not in folder.tables:
+        raise MissingInput("nodes.csv is missing (a folder written before it existed): plan again to see the nodes "
+                           "of every hour")
+    nodes = folder.tables["nodes"]
+    if nodes.empty:
         raise MissingInput("the plan buys no nodes")
-    out = pd.concat(frames, ignore_index=True)
-    out = out.join(used, on=["site", "gpu", *SLICE_KEYS]).fillna({"gpus_in_replicas": 0})
-    needed = np.ceil(out["gpus_in_replicas"] / out["gpus_per_node"] - 1e-9)
-    warm = s.policy.warm_pool_fraction
-    out["ondemand_nodes"] = np.ceil(np.maximum(needed - out["committed_nodes"], 0) / (1 - warm) - 1e-9).astype(int)
+    per_node = folder.gpus_per_node()
+    out = nodes.merge(slice_axis(folder)[[*SLICE_KEYS, "x", "when"]], on=SLICE_KEYS, how="left")
+    out["gpus_per_node"] = out["gpu"].map(per_node)
     out["gpus_provisioned"] = (out["committed_nodes"] + out["ondemand_nodes"]) * out["gpus_per_node"]
     return out[["site", "gpu", *SLICE_KEYS, "x", "when", "weight_hours", "gpus_per_node", "gpus_in_replicas",
                 "committed_nodes", "ondemand_nodes", "gpus_provisioned"]]
-
-
-def provisioning_note(folder: PlanFolder) -> str:
-    """Empty when the per-slice on-demand nodes add up to procurement.csv's node-hours."""
-    prov = provisioning_data(folder)
-    hours = (prov["ondemand_nodes"] * prov["weight_hours"]).groupby([prov["site"], prov["gpu"]]).sum()
-    proc = folder.tables["procurement"].set_index(["site", "gpu"])["ondemand_node_hours"]
-    off = (hours - proc.reindex(hours.index).fillna(0)).abs()
-    if off.max() <= 0.5:
-        return ""
-    return (f"On-demand nodes per hour are reconstructed from the plan's replicas; they differ from procurement.csv "
-            f"by up to {f.count(off.max())} node-hours a year at {' / '.join(off.idxmax())}.")
 
 
 # ---------------------------------------------------------------------------- cost stack
@@ -168,7 +143,7 @@ def ondemand(folder: PlanFolder) -> Chart:
                         Axes("Nodes rented on demand, over the planned hours", xlabel="planned hour (UTC) by period",
                              ylabel="on-demand nodes", ticks=slice_ticks(axis), height_in=3.4),
                         hover="hover", step=True)
-    return Chart(data.drop(columns="hover"), static, fig, provisioning_note(folder))
+    return Chart(data.drop(columns="hover"), static, fig)
 
 
 # ---------------------------------------------------------------------------- utilisation
@@ -202,8 +177,7 @@ def utilisation(folder: PlanFolder) -> Chart:
                         Axes(f"Utilisation by hour of the day: GPUs serving / GPUs provisioned (year: {f.pct(year)})",
                              xlabel="hour of the day (UTC)", ylabel="utilisation", percent=True, height_in=3.6),
                         hover="hover")
-    note = provisioning_note(folder)
-    return Chart(data.drop(columns="hover"), static, fig, note)
+    return Chart(data.drop(columns="hover"), static, fig)
 
 
 # ---------------------------------------------------------------------------- TTFT budget

@@ -12,8 +12,8 @@ import pandas as pd
 
 from optimizer.baseline import baseline
 from optimizer.billing import token_billing
-from optimizer.costing import unserved_penalty_usd
 from optimizer.curves.economics import cost_per_million_tokens_usd
+from optimizer.fleet import fleet_hours, gpus_by_type_peak, unserved_penalty_usd
 from optimizer.instance import Instance
 from optimizer.scenario import RawScenario, Scenario
 from optimizer.solve import SolveResult, SolverSettings
@@ -49,7 +49,7 @@ def plan_summary(s: Scenario, raw: RawScenario, inst: Instance, result: SolveRes
     demand_req = sum(lam * SECONDS_PER_HOUR * slice_hours[t] for (_, _, t), lam in inst.demand.items())
     unserved_req = sum(u * SECONDS_PER_HOUR * weight[sid] for (_, _, sid), u in sol.unserved.items() if weight[sid] > 0)
     annual_tokens = sum(served_tokens.values())
-    node_hours, gpu_hours_committed, gpu_hours_ondemand, facility_mwh = _fleet_hours(inst, sol)
+    node_hours, gpu_hours_committed, gpu_hours_ondemand, facility_mwh = fleet_hours(inst, sol)
     replica_gpu_hours = sum(inst.pools[pid].gpus * n * weight[sid] for (pid, sid), n in sol.replicas.items())
     by_workload = _cost_by_workload(inst, sol, proc)
     input_gpu_hours, gpu_hours = _gpu_hours_by_workload(inst, sol)
@@ -89,7 +89,7 @@ def plan_summary(s: Scenario, raw: RawScenario, inst: Instance, result: SolveRes
         if gpu_hours_committed + gpu_hours_ondemand else 0.0,
         "predicted_ttft_attainment": _attainment(tables["slo"], tables["routing"], "ttft"),
         "predicted_itl_attainment": _attainment(tables["slo"], tables["routing"], "itl"),
-        "gpus_by_type_peak": _gpus_by_type(inst, sol),
+        "gpus_by_type_peak": gpus_by_type_peak(inst, sol),
         "baseline_cost_usd": base.total_cost_usd if base else None,
         "baseline_gpu_by_workload": base.gpu_by_workload if base else None,
         "baseline_cost_usd_by_workload": base.cost_usd_by_workload if base else None,
@@ -114,19 +114,6 @@ def quality_words(result, target: float) -> str:
     best = max(result.bounds, key=lambda b: b.usd, default=None)
     source = f" (bound from the {best.source})" if best is not None else ""
     return f"within {100 * result.mip_gap:.2f} % of the best bound{source}"
-
-
-def _fleet_hours(inst: Instance, sol):
-    weight = {st.id: st.weight_hours for st in inst.states}
-    committed = {}
-    for (s, g, _), n in sol.committed.items():
-        committed[(s, g)] = committed.get((s, g), 0) + n
-    node_hours = sum(n * HOURS_PER_YEAR for n in committed.values()) + sum(n * weight[sid] for (_, _, sid), n in sol.ondemand.items())
-    gpu_c = sum(n * HOURS_PER_YEAR * inst.gpus_per_node[g] for (s, g), n in committed.items())
-    gpu_o = sum(n * weight[sid] * inst.gpus_per_node[g] for (s, g, sid), n in sol.ondemand.items())
-    mwh = sum(n * HOURS_PER_YEAR * inst.node_kw[g] * inst.pue[s] / 1000 for (s, g), n in committed.items())
-    mwh += sum(n * weight[sid] * inst.node_kw[g] * inst.pue[s] / 1000 for (s, g, sid), n in sol.ondemand.items())
-    return node_hours, gpu_c, gpu_o, mwh
 
 
 def _cost_by_workload(inst: Instance, sol, proc: pd.DataFrame) -> dict[str, float]:
@@ -164,21 +151,6 @@ def _gpu_hours_by_workload(inst: Instance, sol) -> tuple[dict[str, float], dict[
         every[p.workload] += hours
         prompt[p.workload] += hours * p.config.input_share
     return prompt, every
-
-
-def _gpus_by_type(inst: Instance, sol) -> dict[str, int]:
-    """GPUs provisioned (committed + on-demand) by type, in the busiest slice."""
-    committed = {}
-    for (s, g, _), n in sol.committed.items():
-        committed[g] = committed.get(g, 0) + n * inst.gpus_per_node[g]
-    best = {}
-    for st in inst.states:
-        if st.lost_site is not None:
-            continue
-        for g in inst.gpus:
-            od = sum(n for (s, gg, sid), n in sol.ondemand.items() if gg == g and sid == st.id) * inst.gpus_per_node[g]
-            best[g] = max(best.get(g, 0), committed.get(g, 0) + od)
-    return {g: int(v) for g, v in best.items() if v}
 
 
 def _attainment(slo: pd.DataFrame, routing: pd.DataFrame, what: str) -> float:

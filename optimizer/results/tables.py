@@ -1,6 +1,7 @@
 """The plan's tables: pools (replicas and load per pool and state), routing (requests/s per
 arc and slice, with its round trip), slo (predicted p99s, `latency`) and curves (every
-serving config used, with its curve figures); procurement comes from `optimizer.costing`."""
+serving config used, with its curve figures); procurement and nodes (per slice: committed and
+on-demand nodes, GPUs in replicas and usable, kW) come from `optimizer.fleet`."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from dataclasses import asdict
 
 import pandas as pd
 
-from optimizer.costing import procurement_table
 from optimizer.curves.queueing import wait_quantile_s
+from optimizer.fleet import node_table, procurement_table
 from optimizer.instance import Instance
 from optimizer.results.latency import slo_table
 from optimizer.scenario import Scenario
@@ -55,8 +56,12 @@ def plan_tables(s: Scenario, inst: Instance, result: SolveResult) -> dict[str, p
     routing_df = pd.DataFrame(routing, columns=["metro", "site", "workload", "tier", "period", "day_type", "hour",
                                                 "lost_site", "requests_per_s", "rtt_ms"]).drop(columns="lost_site")
     pools_df = pd.DataFrame(pools)
+    nodes = node_table(inst, sol)
+    nodes = pd.concat([pd.DataFrame([slice_of[sid] for sid in nodes.pop("state")], index=nodes.index)
+                       .drop(columns="lost_site"), nodes], axis=1) if len(nodes) else nodes.drop(columns="state")
     return {
         "procurement": procurement_table(inst, sol),
+        "nodes": nodes,
         "pools": pools_df,
         "routing": routing_df,
         "slo": slo_table(s, inst, sol, pools_df),

@@ -11,7 +11,7 @@ so that the solve reads like a solver log.
 
   - re-plan (`replan`): each slice exactly — integer replicas, f exact on the integers, any
     pool — on the plan's commitment, started from the plan; the new flows made whole and
-    re-committed (`costing.repair`), kept when the whole plan is cheaper;
+    re-committed (`repair.repair`), kept when the whole plan is cheaper;
   - Lagrangian rounds (`lagrange`): from the master LP's duals, then subgradient steps;
     each slice an integer program whose own bound counts.
 
@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import time
 
-from optimizer.costing import Solution, repair
 from optimizer.errors import TimeLimitNoPlanError
+from optimizer.fleet import Solution, committed_nodes
+from optimizer.repair import repair
 from optimizer.solve import lagrange
 from optimizer.solve.cache import ModelCache
 from optimizer.solve.exact import run_exact
-from optimizer.solve.operating import committed_nodes
 from optimizer.solve.parallel import SliceRunner
 from optimizer.solve.pricing import plan_cost, size_choices
 from optimizer.solve.settings import Bound, Candidate, SolveStep

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 import time
 
-from optimizer.costing import Solution
 from optimizer.errors import InfeasibleError
+from optimizer.fleet import Solution
 from optimizer.solve.pricing import plan_cost
 from optimizer.solve.settings import Bound, Candidate, SolveStep
 

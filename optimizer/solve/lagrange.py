@@ -89,7 +89,7 @@ def from_duals(inst: Instance, lp, row_dual: np.ndarray) -> Multipliers:
 def ramp_price(inst: Instance, site: str, gpu: str, state: int) -> float:
     """A started node's cost in the ramp of ``state``: ρ above it would make L −∞ (a ramp
     priced below nothing), so every ρ stays in [0, this]."""
-    return inst.states[state].weight_hours * inst.cold_start_hours * inst.contracts[(site, gpu)].ondemand
+    return inst.states[state].days * inst.cold_start_hours * inst.contracts[(site, gpu)].ondemand
 
 
 def committed_part(inst: Instance, mu: Multipliers) -> tuple[float, dict]:

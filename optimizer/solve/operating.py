@@ -6,7 +6,7 @@ last basis (a fraction of a millisecond on the reference scenario), which is why
 a year run in one process, in order. Two uses:
 
 * `reoperate_slices` — the plan's own slices operated again on its commitment, made whole and
-  re-committed (`costing.repair`): committed GPUs cost nothing in the hour, so each slice
+  re-committed (`repair.repair`): committed GPUs cost nothing in the hour, so each slice
   fills them before it rents, which the master problem's linear prices cannot see;
 * `optimizer.operate` — the 8,760 hours of the plan's year.
 """
@@ -18,19 +18,12 @@ import numpy as np
 
 from formulations import Operating, Reading, build_program, read_solution
 from optimizer.backends import HighsDirect
-from optimizer.costing import Solution, repair
+from optimizer.fleet import Solution, committed_nodes
 from optimizer.instance import Instance, kappa, operating_view
+from optimizer.repair import repair
 from optimizer.units import SECONDS_PER_HOUR
 
 TIE_BREAK_USD_PER_GPU_HOUR = 1e-4  # small beside any price, large beside the solver's tolerances
-
-
-def committed_nodes(sol: Solution) -> dict[tuple[str, str], int]:
-    """Committed nodes per (site, accelerator), all terms together."""
-    nodes: dict = {}
-    for (s, g, _), n in sol.committed.items():
-        nodes[(s, g)] = nodes.get((s, g), 0) + n
-    return nodes
 
 
 def largest_sizes(sol: Solution) -> dict[int, int]:

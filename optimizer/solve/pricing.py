@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from optimizer.costing import Solution, procurement_table, unserved_penalty_usd
-from optimizer.curves.queueing import servers_needed_many
+from optimizer.fleet import Solution, procurement_table, replicas_needed, unserved_penalty_usd
 from optimizer.instance import Instance, kappa, reach
 from optimizer.units import HOURS_PER_YEAR, Role
 
@@ -32,28 +31,24 @@ def at_sizes(inst: Instance, sizes: dict[tuple[int, int], int]) -> dict[tuple[in
 
 def pool_sizes(inst: Instance) -> tuple[dict, dict]:
     """(largest size N each (pool, state) could need, a first guess n̂) from reachable demand:
-    N serves all of it, n̂ half of it (at least one replica each)."""
+    N serves all of it, n̂ half of it (at least one replica each; `fleet.replicas_needed`)."""
     by_pool: dict = {}
     for key, lam in reach(inst).items():
-        by_pool.setdefault(key[0], []).append((key, lam * inst.pools[key[0]].peak_to_mean))
+        by_pool.setdefault(key[0], []).append((key, lam))
     largest, guess = {}, {}
     for pid, items in by_pool.items():
         pool = inst.pools[pid]
         keys = [key for key, _ in items]
         load = np.array([v for _, v in items])
-        if pool.table is None:
-            full = half = np.ceil(load / pool.decode_rps)
-        else:
-            full, half = servers_needed_many(load, pool.table), servers_needed_many(load / 2.0, pool.table)
-        largest.update(zip(keys, np.maximum(full, 1).astype(int).tolist()))
-        guess.update(zip(keys, np.maximum(half, 1).astype(int).tolist()))
+        largest.update(zip(keys, np.maximum(replicas_needed(pool, load), 1).tolist()))
+        guess.update(zip(keys, np.maximum(replicas_needed(pool, load / 2.0), 1).tolist()))
     return largest, guess
 
 
 def size_choices(inst: Instance, largest: dict[tuple[int, int], int]) -> int:
     """Pool-size choices (binaries) the exact model would have: one per size up to the
-    largest each queueing pool and state could need."""
-    return sum(n for key, n in largest.items() if inst.pools[key[0]].table is not None)
+    largest each queueing pool and state could need, within its capacity table."""
+    return sum(min(n, len(inst.pools[key[0]].table)) for key, n in largest.items() if inst.pools[key[0]].table is not None)
 
 
 def marginal(pool, n: int) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from optimizer.backends import BACKENDS
-from optimizer.costing import Solution
+from optimizer.fleet import Solution
 
 STEPS = ("bound", "dominant_pools", "descend", "reoperate", "consolidate", "refine")  # the default solve, in order
 FIRST_PLAN_STEPS = STEPS[:-1]  # the first whole plan: what a sweep run does unless asked for more

@@ -19,7 +19,7 @@ import numpy as np
 
 from formulations import Operating, Reading, build_program, read_solution, write_solution
 from optimizer.backends import HighsDirect
-from optimizer.costing import Solution
+from optimizer.fleet import Solution
 from optimizer.instance import Instance, slice_view
 from optimizer.solve.pricing import pool_sizes
 

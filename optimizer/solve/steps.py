@@ -12,7 +12,7 @@ backend, the deadline, the bound, the log — travels in a `Context`.
   then runs few, large pools: pooling is what linear prices cannot see.
 * ``descend`` — plan solves: priced at the pool sizes reachable demand suggests, then at
   tangents of each pool's cost at the last plan's load, for as long as each improves on the
-  best whole plan; each solve's flows are repaired (`costing.repair`). Where whole replicas
+  best whole plan; each solve's flows are repaired (`repair.repair`). Where whole replicas
   overflow a supply cap or a site's power, the next solve leaves that much room there.
 * ``reoperate`` — the slices operated again on the best plan's commitment
   (`operating.reoperate_slices`), a few passes; the cheapest plan is kept.
@@ -29,9 +29,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from optimizer.costing import Solution, repair
 from optimizer.errors import TimeLimitNoPlanError
+from optimizer.fleet import Solution, gpus_in_replicas, node_kw
 from optimizer.instance import Instance
+from optimizer.repair import repair
 from optimizer.solve.cache import ModelCache
 from optimizer.solve.operating import reoperate_slices
 from optimizer.solve.pricing import at_sizes, plan_cost, tangents
@@ -150,16 +151,13 @@ def _reserve_room(ctx: Context, sol: Solution, coefficients: dict) -> None:
     for (pid, sid), y in sol.flows.items():
         p = inst.pools[pid]
         fractional[(p.site, p.gpu, sid)] = fractional.get((p.site, p.gpu, sid), 0.0) + coefficients[(pid, sid)] * y
-    whole: dict = {}
-    for (pid, sid), n in sol.replicas.items():
-        p = inst.pools[pid]
-        whole[(p.site, p.gpu, sid)] = whole.get((p.site, p.gpu, sid), 0) + n * p.gpus
+    whole = gpus_in_replicas(inst, sol.replicas)
     reserve, kw_room = cache.param("gpu_reserve"), cache.param("kw_room")
     gpus = {key: max(reserve[key], whole.get(key, 0) - fractional.get(key, 0.0)) for key in sol.gpus_short if key in reserve}
     room = {}
     for (site, sid), over in sol.kw_over.items():
         if (site, sid) in kw_room:
-            rounding = sum(inst.node_kw[g] * inst.pue[site] / inst.gpus_per_node[g]
+            rounding = sum(float(node_kw(inst, site, g, 1)) / inst.gpus_per_node[g]
                            * (whole.get((site, g, sid), 0) - fractional.get((site, g, sid), 0.0)) for g in inst.gpus)
             room[(site, sid)] = min(kw_room[(site, sid)], inst.power_kw[site] - max(rounding, over))
     cache.reserve_room(gpus, room)

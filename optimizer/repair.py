@@ -1,41 +1,36 @@
-"""Repair inside a site: when whole replicas overflow what a site can host of an accelerator
-(its reserved plus on-demand supply caps), move load between the site's interchangeable
-pools — the prefill and colocated pools of one latency tier, the decode pools of one
-workload and speed class — so that every accelerator type stays within its supply. Routing is untouched,
-so every request keeps its latency tier and its TTFT budget."""
+"""A master solution made whole (`repair`), with the fleet's rules (`optimizer.fleet`).
+
+Inside a site (`rebalance`): when whole replicas overflow what a site can host of an
+accelerator (its reserved plus on-demand supply caps), load moves between the site's
+interchangeable pools — the prefill and colocated pools of one latency tier, the decode pools
+of one workload and speed class — so that every accelerator type stays within its supply.
+Routing is untouched, so every request keeps its latency tier and its TTFT budget."""
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 
-from optimizer.instance import Instance, Pool, replicas_for
+from optimizer.fleet import (
+    Solution,
+    capacity_rps,
+    commit,
+    gpus_in_replicas,
+    gpus_short,
+    kw_over,
+    nodes_for,
+    replicas_for,
+    supply_gpus,
+    whole_replicas,
+)
+from optimizer.instance import Instance, Pool
 from optimizer.units import Role
-
-
-def _capacity(inst: Instance, pool: Pool, n: int) -> float:
-    """Mean requests/s n whole replicas carry inside their objectives."""
-    if n <= 0:
-        return 0.0
-    cap = math.inf
-    if pool.table is not None:
-        table = pool.table
-        cap = float(table[min(n, len(table)) - 1]) + max(0, n - len(table)) * float(table[-1] - table[-2])
-    if pool.role in (Role.DECODE, Role.COLOCATED):
-        cap = min(cap, pool.decode_rps * n)
-    return cap / pool.peak_to_mean
-
-
-def _gpu_limits(inst: Instance) -> dict[tuple[str, str], int]:
-    return {(s, g): (inst.committed_max[(s, g)] + math.floor((1 - inst.warm_fraction) * inst.ondemand_max[(s, g)]))
-            * inst.gpus_per_node[g] for s, g in inst.site_gpus}
 
 
 def _fill(inst: Instance, pools: list[Pool], total: float, room: dict) -> dict[int, float] | None:
     """Spread ``total`` requests/s over ``pools`` (cheapest per request first), each taking
     what whole replicas fit in its accelerator's room; None if the room is not enough."""
     def price(p: Pool) -> float:
-        per_replica = _capacity(inst, p, 8) / 8
+        per_replica = capacity_rps(p, 8) / 8
         return p.gpus * inst.contracts[(p.site, p.gpu)].ondemand / inst.gpus_per_node[p.gpu] / max(per_replica, 1e-12)
 
     out: dict[int, float] = {}
@@ -44,7 +39,7 @@ def _fill(inst: Instance, pools: list[Pool], total: float, room: dict) -> dict[i
         if left <= 1e-12:
             break
         n_max = room[p.gpu] // p.gpus
-        take = min(left, _capacity(inst, p, n_max))
+        take = min(left, capacity_rps(p, n_max))
         if take > 1e-12:
             out[p.id] = take
             room[p.gpu] -= replicas_for(p, p.peak_to_mean * take) * p.gpus
@@ -54,7 +49,7 @@ def _fill(inst: Instance, pools: list[Pool], total: float, room: dict) -> dict[i
 
 def rebalance(inst: Instance, flows: dict[tuple[int, int], float]) -> dict[tuple[int, int], float]:
     """Flows with overflowing (site, state) groups redistributed where that fits."""
-    limits = _gpu_limits(inst)
+    limits = {(s, g): supply_gpus(inst, s, g) for s, g in inst.site_gpus}
     by_group: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
     for key in flows:
         by_group[(inst.pools[key[0]].site, key[1])].append(key)
@@ -96,3 +91,21 @@ def rebalance(inst: Instance, flows: dict[tuple[int, int], float]) -> dict[tuple
                     out.pop(key, None)
                 out.update(new)
     return out
+
+
+def repair(inst: Instance, flows: dict, routes: dict, unserved: dict) -> Solution:
+    """Make a master solution whole: whole replicas per pool and state (the smallest pool
+    meeting its SLO capacity at the peak-sized load), then per (site, accelerator) the
+    cheapest whole commitment and on-demand nodes that host them (`commit`); where whole
+    replicas overflow a site's supply, load first moves between the site's interchangeable
+    pools (`rebalance`). Breaches of supply caps or power are recorded, never hidden."""
+    flows = rebalance(inst, flows)
+    replicas = whole_replicas(inst, flows)
+    need = {key: int(nodes_for(v, inst.gpus_per_node[key[1]])) for key, v in gpus_in_replicas(inst, replicas).items()}
+    committed, ondemand, violations = commit(inst, need)
+    sol = Solution(committed, ondemand, dict(flows), replicas, dict(routes), dict(unserved), violations)
+    sol.gpus_short = gpus_short(inst, sol)
+    sol.kw_over = kw_over(inst, sol)
+    sol.violations += [f"{s} state {sid}: draws {kw / 1000:.2f} MW more than its {inst.power_kw[s] / 1000:.2f} MW"
+                       for (s, sid), kw in sorted(sol.kw_over.items())]
+    return sol
