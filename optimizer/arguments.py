@@ -167,10 +167,12 @@ def plan(pl) -> None:
     pl.add_argument("scenario", nargs="?")
     pl.add_argument("--out", default="plan", help="plan folder to write (default ./plan)")
     pl.add_argument("--time-limit", type=field_value(Policy, "time_limit_s"),
-                    help="seconds for the whole solve (default: the scenario's policy)")
+                    help="wall-clock safety cap on the whole solve, in seconds (default: the effort's); a plan it stops "
+                         "says so, as it may differ on another machine")
     pl.add_argument("--mip-gap", type=field_value(Policy, "mip_gap"), help="target relative gap (default: the scenario's policy)")
-    effort_flag(pl, "quick: improve plan and bound for 60 s in all (default); thorough: for 10 min; "
-                    "first: stop at the first whole plan. --time-limit, where given, is the budget instead")
+    effort_flag(pl, "the solve's work, counted so that the plan is the same on any machine: first: the first whole "
+                    "plan, improved by moves; quick (default): more moves and, where it fits, the exact model; "
+                    "thorough: more of both and slice programs")
     pl.add_argument("--workers", type=WORKERS, help="local processes for the slice programs (default: the cores, at most 8)")
     pl.add_argument("--scheduler", type=scheduler, help="address of a running Dask scheduler: slice programs run there")
     pl.add_argument("--threads", type=field_value(Policy, "threads"))
@@ -206,8 +208,8 @@ def sweep(sw) -> None:
                     help="refresh a built model between runs of the same structure (faster; equal within the gap)")
     sw.add_argument("--time-limit", type=field_value(Policy, "time_limit_s"))
     sw.add_argument("--mip-gap", type=field_value(Policy, "mip_gap"))
-    effort_flag(sw, "first: each run stops at its first whole plan (default for sweeps); quick or thorough: each run "
-                    "improves plan and bound for 60 s or 10 min, or --time-limit")
+    effort_flag(sw, "first: each run's first whole plan, improved by moves (default for sweeps); quick or thorough: "
+                    "each run refines it further (see fleetplan plan --help)")
     sw.add_argument("--quiet", action="store_true")
 
 

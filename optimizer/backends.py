@@ -51,6 +51,7 @@ class Outcome:
     bound: float | None
     x: np.ndarray | None
     row_dual: np.ndarray | None = None  # a linear program's row duals (HiGHS's signs), when valid
+    nodes: int = 0  # branch-and-bound nodes a MIP took
 
 
 class _Guard:
@@ -182,12 +183,14 @@ class HighsDirect:
         """A (partial) solution HiGHS starts its branch and bound from."""
         self.highs.setSolution(len(cols), cols, values)
 
-    def solve(self, seconds: float, gap: float, threads: int | None, watch=None) -> Outcome:
+    def solve(self, seconds: float, gap: float, threads: int | None, watch=None, nodes: int | None = None) -> Outcome:
         """``watch(seconds, best integer $, bound $)``, called as a MIP runs, stops it by
-        returning True."""
+        returning True; a MIP stops after ``nodes`` branch-and-bound nodes where given (work
+        that does not depend on the machine's speed; ``seconds`` is then only a cap)."""
         h = self.highs
         h.setOptionValue("time_limit", h.getRunTime() + max(seconds, 1.0))
         h.setOptionValue("mip_rel_gap", gap)
+        h.setOptionValue("mip_max_nodes", int(nodes) if nodes is not None else highspy.kHighsIInf)
         # the master LP solves faster without presolve (reference: 12.9 s against 20.9 s; its
         # reductions are undone again by the postsolve's clean-up); MIPs keep it
         h.setOptionValue("presolve", "on" if any(self.lp.col_integer) else "off")
@@ -219,7 +222,7 @@ class HighsDirect:
         duals = None
         if status == "optimal" and not any(self.lp.col_integer) and info.dual_solution_status == 2:
             duals = np.asarray(h.getSolution().row_dual)
-        return Outcome(status, has, objective, bound, x, duals)
+        return Outcome(status, has, objective, bound, x, duals, max(int(info.mip_node_count), 0))
 
 
 class PyomoHighs:
@@ -273,8 +276,9 @@ class PyomoHighs:
     def forget_basis(self) -> None:
         self._dirty = True
 
-    def solve(self, seconds: float, gap: float, threads: int | None, watch=None) -> Outcome:
-        """``watch`` is not called: Pyomo's interface has no MIP callback (this road is for checking)."""
+    def solve(self, seconds: float, gap: float, threads: int | None, watch=None, nodes: int | None = None) -> Outcome:
+        """``watch`` is not called and ``nodes`` not counted: Pyomo's interface has neither (this
+        road is for checking)."""
         from pyomo.contrib.solver.common.results import SolutionStatus
 
         if self._dirty:

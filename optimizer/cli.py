@@ -287,8 +287,8 @@ def _plan_text(sm: dict, out) -> str:
         + (f" + ${sm['unserved_penalty_usd']:,.0f} penalty for unserved demand" if sm["unserved_penalty_usd"] else "")
         + f": {sm['quality']}; best bound ${sm['best_bound_usd']:,.0f} (a better plan could save at most "
         f"${max(sm['objective_usd'] - sm['best_bound_usd'], 0):,.0f}/year)"
-        + (" — NOT proven: the time limit cut the solve short"
-           if sm["status"] == "time_limit" else ""),
+        + (" — stopped by the wall clock: this plan may differ on another machine"
+           if sm.get("stopped_by_wall_clock") else ""),
         f"  {_or_dash(sm['cost_per_million_tokens_usd'], '${:.3f}')} per million goodput output tokens; "
         f"{sm['goodput_tokens_per_s_avg']:,.0f} tok/s on average, {sm['goodput_tokens_per_s_peak']:,.0f} at peak; "
         f"{_or_dash(sm['tokens_per_s_per_mw'], '{:,.0f}')} tok/s per MW",

@@ -237,6 +237,49 @@ def _cheapest_term(inst: Instance, site: str, gpu: str) -> tuple[str | None, flo
     return term, terms[term]
 
 
+@dataclass(frozen=True)
+class Committed:
+    """One (site, accelerator)'s whole commitment: nodes c on ``term``, on-demand nodes per
+    nominal state (in `plan_hours` order), what both cost a year, and whether some state needs
+    more on-demand nodes than its cap."""
+
+    term: str | None
+    nodes: int
+    ondemand: np.ndarray
+    cost_usd: float
+    over_cap: bool
+
+
+class Commitments:
+    """The commitment rule of `commit`, one (site, accelerator) at a time — for the plan's
+    repair and for searches that change a few pairs' needs and price them again."""
+
+    def __init__(self, inst: Instance):
+        self.inst = inst
+        self.ids, self.hours = plan_hours(inst)
+        peak = next(st.id for st in inst.states if st.slice == inst.peak_slice and st.lost_site is None)
+        self.peak_pos = self.ids.index(peak)
+        self.contingencies = [st.id for st in inst.states if st.lost_site is not None]
+
+    def best(self, site: str, gpu: str, need: np.ndarray, need_contingency: int = 0) -> Committed:
+        """c minimising the commit cost for nodes needed per nominal state ``need``; the peak
+        state's on-demand nodes also cover ``need_contingency`` (a site-loss state's)."""
+        inst, hours = self.inst, self.hours
+        top = int(max(need.max(initial=0), need_contingency))
+        term, rate = _cheapest_term(inst, site, gpu)
+        if top == 0:
+            return Committed(term, 0, np.zeros(len(need), dtype=np.int64), 0.0, False)
+        c = np.arange(0, (min(inst.committed_max[(site, gpu)], top) if term else 0) + 1)
+        o = ondemand_for(need[None, :], c[:, None], inst.warm_fraction)
+        o[:, self.peak_pos] = np.maximum(o[:, self.peak_pos], ondemand_for(need_contingency, c, inst.warm_fraction))
+        od_rate = inst.contracts[(site, gpu)].ondemand
+        cost = (c * rate * HOURS_PER_YEAR + od_rate * (o @ hours.weight_hours)
+                + od_rate * inst.cold_start_hours * (hours.rises(o) @ hours.repeats))
+        over = o.max(axis=1) > inst.ondemand_max[(site, gpu)]
+        i = int(np.lexsort((cost, over))[0])
+        return Committed(term, int(c[i]), o[i], float(cost[i]), bool(over[i]))
+
+
 def commit(inst: Instance, need: dict[tuple[str, str, int], int]):
     """Per (site, accelerator): the whole number of committed nodes c, on the cheapest allowed
     term, minimising
@@ -246,40 +289,27 @@ def commit(inst: Instance, need: dict[tuple[str, str, int], int]):
 
     N_t the nodes the state's whole replicas need; a c whose o exceeds the on-demand cap only
     where no c fits. Contingency states use the peak slice's on-demand nodes, which rise to
-    cover them. Exact by enumeration of c (all at once): once replicas are fixed, (site,
-    accelerator) pairs are independent except for power, checked afterwards."""
-    ids, hours = plan_hours(inst)
-    peak = next(st.id for st in inst.states if st.slice == inst.peak_slice and st.lost_site is None)
-    contingencies = [st.id for st in inst.states if st.lost_site is not None]
-    peak_pos = ids.index(peak)
+    cover them. Exact by enumeration of c (all at once, `Commitments.best`): once replicas are
+    fixed, (site, accelerator) pairs are independent except for power, checked afterwards."""
+    rule = Commitments(inst)
+    peak = rule.ids[rule.peak_pos]
     committed, ondemand, violations = {}, {}, []
     for s, g in inst.site_gpus:
-        n_nominal = np.array([need.get((s, g, sid), 0) for sid in ids], dtype=np.int64)
-        n_cont = max((need.get((s, g, sid), 0) for sid in contingencies), default=0)
-        top = int(max(n_nominal.max(initial=0), n_cont))
-        if top == 0:
-            continue
-        term, rate = _cheapest_term(inst, s, g)
-        c = np.arange(0, (min(inst.committed_max[(s, g)], top) if term else 0) + 1)
-        o = ondemand_for(n_nominal[None, :], c[:, None], inst.warm_fraction)
-        o[:, peak_pos] = np.maximum(o[:, peak_pos], ondemand_for(n_cont, c, inst.warm_fraction))
-        od_rate = inst.contracts[(s, g)].ondemand
-        rises = hours.rises(o)
-        cost = (c * rate * HOURS_PER_YEAR + od_rate * (o @ hours.weight_hours)
-                + od_rate * inst.cold_start_hours * (rises @ hours.repeats))
-        over = o.max(axis=1) > inst.ondemand_max[(s, g)]
-        best = int(np.lexsort((cost, over))[0])
-        if c[best]:
-            committed[(s, g, term)] = int(c[best])
-        for sid, x in zip(ids, o[best]):
+        n_nominal = np.array([need.get((s, g, sid), 0) for sid in rule.ids], dtype=np.int64)
+        n_cont = max((need.get((s, g, sid), 0) for sid in rule.contingencies), default=0)
+        best = rule.best(s, g, n_nominal, n_cont)
+        if best.nodes:
+            committed[(s, g, best.term)] = best.nodes
+        for sid, x in zip(rule.ids, best.ondemand):
             if x > 0:
                 ondemand[(s, g, sid)] = int(x)
-        for sid in contingencies:
+        for sid in rule.contingencies:
             if (s, g, peak) in ondemand and inst.states[sid].lost_site != s:
                 ondemand[(s, g, sid)] = ondemand[(s, g, peak)]
-        if over[best]:
-            violations.append(f"{s}/{g}: needs {int(o[best].max())} on-demand nodes in some hour, cap "
-                              f"{inst.ondemand_max[(s, g)]}" + (f" (and {inst.committed_max[(s, g)]} committed)" if term else ""))
+        if best.over_cap:
+            violations.append(f"{s}/{g}: needs {int(best.ondemand.max())} on-demand nodes in some hour, cap "
+                              f"{inst.ondemand_max[(s, g)]}" + (f" (and {inst.committed_max[(s, g)]} committed)"
+                                                                if best.term else ""))
     return committed, ondemand, violations
 
 

@@ -49,6 +49,7 @@ import pandas as pd
 from optimizer.contracts import COMMITTED_CATEGORIES, COST_COLUMNS
 from optimizer.errors import Origin, ScenarioError
 from optimizer.fleet import (
+    NO_LOAD_RPS,
     Hours,
     Solution,
     committed_nodes,
@@ -284,9 +285,10 @@ def _fleet(inst: Instance, commitment: Commitment, gpus: dict, hours: Hours, rea
 
 def _reroute(inst: Instance, commitment: Commitment, shares: PlanShares, lam: np.ndarray, hours: np.ndarray,
              loads: np.ndarray, egress: np.ndarray) -> np.ndarray:
-    """The hours ``hours`` routed again by the operating program; an hour keeps the new routing
-    where it leaves fewer GPUs short. Updates ``loads`` and ``egress`` in place; returns the
-    hours that changed."""
+    """The hours ``hours`` routed again by the operating program, each pool priced at its whole
+    replicas over its load under the plan's routing that hour (exact there, so the program moves
+    load only where the fleet cannot host it); an hour keeps the new routing where it leaves
+    fewer GPUs short. Updates ``loads`` and ``egress`` in place; returns the hours that changed."""
     if not len(hours):
         return np.zeros(0, dtype=np.int64)
     sizes: dict = {}
@@ -297,6 +299,8 @@ def _reroute(inst: Instance, commitment: Commitment, shares: PlanShares, lam: np
     one = Hours.sequence(1)
     changed = []
     for h in hours:
+        program.price({pid: inst.pools[pid].gpus * replicas_for(inst.pools[pid], y) / y
+                       for pid, y in zip(shares.pools, loads[h]) if y > NO_LOAD_RPS})
         x, _ = program.solve(lam[h])
         new = np.zeros((1, len(shares.pools)))
         for pid, col in zip(program.pools, program.flow_cols):

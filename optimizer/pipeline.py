@@ -29,20 +29,20 @@ from optimizer.scenario import (
     validate,
 )
 from optimizer.solve import SolverSettings, solve
-from optimizer.solve.settings import EFFORT_BUDGET_S, FIRST_PLAN_STEPS, STEPS
+from optimizer.solve.settings import FIRST_PLAN_STEPS, STEPS
 
 UNSERVED_TOLERANCE = 1e-6
 
 
 def settings_from(s: Scenario, time_limit_s=None, mip_gap=None, threads=None, exact=None, backend="highs",
                   effort=None, workers=None, scheduler=None) -> SolverSettings:
-    """The solve's settings: a flag given here wins over the scenario's policy. The budget is
-    the time limit (flag, then scenario), else the effort's (`EFFORT_BUDGET_S`); the effort
-    "first" stops at the first whole plan."""
+    """The solve's settings: a flag given here wins over the scenario's policy. The effort
+    sets the work (`settings.WORK`): "first" stops at the first whole plan, improved by moves;
+    "quick" and "thorough" refine it further. The time limit (flag, then the scenario's, for
+    the scenario's own effort) is a wall-clock safety cap, else the effort's cap."""
     effort = effort or s.policy.effort
-    if time_limit_s is None:
-        time_limit_s = s.policy.time_limit_s if s.policy.time_limit_s is not None and effort == s.policy.effort \
-            else EFFORT_BUDGET_S[effort]
+    if time_limit_s is None and effort == s.policy.effort:
+        time_limit_s = s.policy.time_limit_s
     return SolverSettings(
         time_limit_s=time_limit_s,
         mip_gap=mip_gap if mip_gap is not None else s.policy.mip_gap,
@@ -50,6 +50,7 @@ def settings_from(s: Scenario, time_limit_s=None, mip_gap=None, threads=None, ex
         exact=exact,
         backend=backend,
         steps=FIRST_PLAN_STEPS if effort == "first" else STEPS,
+        effort=effort,
         workers=workers,
         scheduler=scheduler,
     )

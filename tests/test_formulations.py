@@ -285,12 +285,12 @@ def test_a_constraint_added_to_the_formulation_reaches_plan_reoperation_and_year
     """One change in `formulations` holds in all three uses without further edits: the plan
     (exact), the re-operation of its slices and the operated year rent no on-demand node at
     the site it forbids."""
+    from optimizer.fleet import committed_nodes
     from optimizer.instance import build_instance
     from optimizer.network import build_graph, rtt_matrix
     from optimizer.operate import Commitment, operate_year
     from optimizer.scenario import load_scenario
     from optimizer.solve import SolverSettings, solve
-    from optimizer.fleet import committed_nodes
     from optimizer.solve.operating import OperatingProgram, largest_sizes
 
     s, raw = load_scenario(Path(__file__).parent / "data" / "tiny.yaml")

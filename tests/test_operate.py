@@ -27,8 +27,7 @@ from optimizer.operate import (
 )
 from optimizer.pipeline import make_plan, settings_from
 from optimizer.scenario import DATA_DIR, load_scenario
-from optimizer.solve import plan_cost, solve
-from optimizer.solve.operating import reoperate_slices
+from optimizer.solve import solve
 
 US_EAST = DATA_DIR / "scenarios" / "us-east.yaml"
 
@@ -145,21 +144,3 @@ def test_operate_cli_writes_its_tables_and_exit_codes(planned, capsys, tmp_path)
     assert main(["operate", str(folder), "--noise-sigma", "5"]) == 2
     assert main(["operate", str(tmp_path)]) == 2
     assert "not a plan folder" in capsys.readouterr().err
-
-
-def test_reoperation_and_closing_keep_the_cheapest_plan_and_step_aside_for_site_loss_states():
-    s, raw = load_scenario(US_EAST)
-    inst = build_instance(s, rtt_matrix(build_graph(s, raw.path.parent), s))
-    result = solve(inst, settings_from(s))
-    passes = [step.repaired_usd for step in result.steps if step.kind == "reoperate"]
-    assert passes, "the default mode re-operates the slices on the kept commitment"
-    masters = [step.repaired_usd for step in result.steps if step.kind in ("bound", "plan")]
-    assert result.objective_usd <= min(passes) + 1e-6
-    closing = [step for step in result.steps if step.kind == "consolidate"]
-    assert len(closing) == 1 and closing[0].repaired_usd == pytest.approx(result.objective_usd)
-    assert result.objective_usd == pytest.approx(plan_cost(inst, result.solution))
-    assert result.best_bound_usd <= result.objective_usd <= max(masters)
-    s1, raw1 = load_scenario(US_EAST, ["policy.n_minus_1=true"])
-    inst1 = build_instance(s1, rtt_matrix(build_graph(s1, raw1.path.parent), s1))
-    assert any(st.lost_site for st in inst1.states)
-    assert reoperate_slices(inst1, result.solution) is None

@@ -70,6 +70,8 @@ def plan_summary(s: Scenario, raw: RawScenario, inst: Instance, result: SolveRes
         "gap_split": result.split,
         "gap_history": [asdict(p) for p in result.history],
         "first_plan_seconds": result.first_plan_seconds,
+        "stopped_by_wall_clock": result.stopped_by_clock,
+        "work": result.work,
         "mode": "exact" if result.exact else "master+repair",
         "total_cost_usd": total,
         "unserved_penalty_usd": unserved_penalty_usd(inst, sol),

@@ -255,10 +255,13 @@ class Policy(Strict):
     token_price_provider: str = Field(
         "reference", description="per-token price list (data/token_prices.csv) the plan's costs are compared with")
     time_limit_s: float | None = Field(None, gt=0, le=1e7,
-                                       description="seconds for the whole solve (at most ~116 days; default: the effort's)")
+                                       description="a wall-clock safety cap on the whole solve in seconds (at most ~116 "
+                                                   "days; default: the effort's); a plan it stops may differ on "
+                                                   "another machine")
     effort: Literal["first", "quick", "thorough"] = Field(
-        "quick", description="first: stop at the first whole plan; quick: improve plan and bound for 60 s in all; "
-                             "thorough: for 10 min (a time limit, where given, is the budget instead)")
+        "quick", description="the solve's work, counted so that the plan does not depend on the machine: first: the "
+                             "first whole plan, improved by moves; quick: more moves and, where it fits, the exact "
+                             "model (about a minute on the reference); thorough: more of both and slice programs")
     mip_gap: float = Field(0.005, gt=0, lt=1)
     threads: int | None = Field(None, ge=1, le=1024)
 

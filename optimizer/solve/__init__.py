@@ -1,17 +1,21 @@
 """Build the MIP, hand it to HiGHS, and turn what comes back into a whole plan.
 
 Default mode (README "Modelling choices"): a master linear program with continuous replicas,
-each pool priced at a per-replica capacity (`pricing`), solved as a short sequence of named
-steps (`steps`: bound → dominant pools → descend → re-operate → consolidate), each taking and
-returning the best whole plan; then ``refine`` (`anytime`) spends the rest of the budget on
-better plans and better bounds. The gap compares the kept plan with the best bound found.
-Exact mode (`exact`) makes replicas integer with f exact on the integers, for small
-instances and checks; it is chosen automatically where the exact model is small.
+each pool priced at a per-replica capacity (`pricing`), whose flows are made whole into the
+first plan (`steps.bound`); moves priced exactly improve it (`steps.improve`, `moves`); then
+``refine`` (`anytime`) spends the rest of the effort's work on better plans and better bounds.
+The gap compares the kept plan with the best bound found. Exact mode (`exact`) makes replicas
+integer with f exact on the integers, for small instances and checks; it is chosen
+automatically where the exact model is small.
+
+Work is counted in units that do not depend on the machine (moves priced, branch-and-bound
+nodes, programs solved to their end): the same scenario, flags and version give the same plan
+on any machine and under any load. The wall clock only caps the whole solve; a plan it cut
+short says so (`SolveResult.stopped_by_clock`).
 
 The program is built as arrays (`formulations`) and handed to HiGHS by a backend
 (`optimizer.backends`); the model and every change to it live in a `ModelCache`, which a
-sweep reuses between runs of the same structure. Every solve runs under a hard wall-clock
-guard.
+sweep reuses between runs of the same structure.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ def solve(inst: Instance, settings: SolverSettings, progress=None, cache: ModelC
     """Solve ``inst``: exact mode in one MIP; default mode as its named steps. Pass a
     `ModelCache` to reuse a program across runs of the same structure (sweeps)."""
     say = progress or (lambda msg: None)
+    start = time.perf_counter()
     largest, guess = pool_sizes(inst)
     if settings.exact is None:
         settings = replace(settings, exact=size_choices(inst, largest) <= AUTO_EXACT_BINARIES)
@@ -48,31 +53,35 @@ def solve(inst: Instance, settings: SolverSettings, progress=None, cache: ModelC
     say(f"model: {size['variables']:,} variables ({size['integers']:,} integer), {size['rows']:,} rows, "
         f"{size['nonzeros']:,} nonzeros; " + (f"build {build_s:.1f} s, hand-off {handoff_s:.1f} s ({settings.backend})"
                                              if build_s else f"reused, coefficients refreshed in {handoff_s:.1f} s"))
-    start = time.perf_counter()
-    deadline = start + settings.time_limit_s
-    ctx = Context(inst, cache, settings, deadline, say, largest, guess, started=start)
+    solving = time.perf_counter()
+    ctx = Context(inst, cache, settings, start + settings.cap_s, say, largest, guess, started=solving)
+    first_plan = None
     if settings.exact:
         best = solve_exact(ctx)
-        status = "time_limit" if ctx.timed_out else "optimal"
     else:
         best = None
         for name in settings.steps:
             if name == "refine":
                 first_plan = ctx.best_usd
             best = STEP_FUNCTIONS[name](ctx, best)
+            if ctx.out_of_time():
+                break
         if best is None:
             if ctx.last_fit is None:
                 raise InfeasibleError("no plan was made: the steps run do not include a master solve")
             raise InfeasibleError("no whole plan fits the sites' supply caps and megawatts: "
                                   + "; ".join(ctx.last_fit.solution.violations[:5]))
-        status = "time_limit" if ctx.timed_out else "optimal"
     bound = ctx.bound_usd if ctx.bound_usd is not None else 0.0
     gap = max(0.0, (best.cost_usd - bound) / best.cost_usd) if best.cost_usd > 0 else 0.0
     if gap <= settings.mip_gap + 1e-9:
         status = "optimal"
-    elif status == "optimal" and not settings.exact:  # exact mode: HiGHS proved the gap on its own objective
+    elif ctx.stopped_by_clock:
+        status = "time_limit"
+    else:
         status = "gap_above_target"
-    split = gap_split(ctx, first_plan if "refine" in settings.steps and not settings.exact else ctx.best_usd)
+    if ctx.stopped_by_clock:
+        say("stopped by the wall clock: this plan may differ on another machine")
+    split = gap_split(ctx, first_plan if first_plan is not None else ctx.best_usd)
     return SolveResult(status, best.solution, best.cost_usd, bound, gap, build_s, handoff_s,
-                       time.perf_counter() - start, ctx.log, size, settings.exact, ctx.history, ctx.bounds,
-                       ctx.first_plan_s, split)
+                       time.perf_counter() - solving, ctx.log, size, settings.exact, ctx.history, ctx.bounds,
+                       ctx.first_plan_s, split, ctx.stopped_by_clock, dict(ctx.work))

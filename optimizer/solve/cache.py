@@ -79,10 +79,11 @@ class ModelCache:
         """A whole plan as HiGHS's starting point (`formulations.write_solution`)."""
         self.backend.set_start(*write_solution(self.lp, plan))
 
-    def run(self, seconds: float, gap: float, threads: int | None, what: str, watch=None) -> Outcome:
+    def run(self, seconds: float, gap: float, threads: int | None, what: str, watch=None,
+            nodes: int | None = None) -> Outcome:
         """One solve; errors and time limits without any solution become planner-facing errors.
-        ``watch``: see `optimizer.backends.HighsDirect.solve` (HiGHS backend only)."""
-        out = self.backend.solve(seconds, gap, threads, watch)
+        ``watch`` and ``nodes``: see `optimizer.backends.HighsDirect.solve`."""
+        out = self.backend.solve(seconds, gap, threads, watch, nodes)
         if out.status == "error" and not out.has_solution:
             raise NumericalTroubleError(
                 f"HiGHS stopped with an error during the {what} solve and no solution; "

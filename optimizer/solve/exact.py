@@ -8,7 +8,7 @@ import time
 
 from optimizer.errors import InfeasibleError
 from optimizer.fleet import Solution
-from optimizer.solve.pricing import plan_cost
+from optimizer.solve.pricing import candidate
 from optimizer.solve.settings import Bound, Candidate, SolveStep
 
 PROGRESS_EVERY_S = 5.0  # progress lines of a long exact solve
@@ -38,21 +38,23 @@ def _finite(*values) -> list[float]:
     return [v for v in values if v is not None and math.isfinite(v)]
 
 
-def run_exact(ctx, cache, what: str, seconds: float | None = None) -> tuple[Candidate | None, object, float]:
-    """The exact model in ``cache`` solved for ``seconds`` (default: until the deadline) or to
-    the gap target; its bound noted. (the plan, HiGHS's outcome, seconds)."""
+def run_exact(ctx, cache, what: str, nodes: int) -> tuple[Candidate | None, object, float]:
+    """The exact model in ``cache`` solved for ``nodes`` branch-and-bound nodes or to the gap
+    target (the wall-clock cap stops it too); its bound noted. (the plan, HiGHS's outcome,
+    seconds)."""
     t = time.perf_counter()
-    limit = ctx.time_left() if seconds is None else min(seconds, ctx.time_left())
-    out = cache.run(limit, ctx.settings.mip_gap, ctx.settings.threads, what, watcher(ctx, what))
+    out = cache.run(max(ctx.time_left(), 1.0), ctx.settings.mip_gap, 1, what, watcher(ctx, what), nodes=nodes)
+    ctx.count("branch-and-bound nodes", out.nodes)
+    ctx.stopped_by_clock = ctx.stopped_by_clock or ctx.time_left() <= 0
     if out.bound is not None and math.isfinite(out.bound):
-        ctx.note(what, bound=Bound("exact MIP", float(out.bound), ctx.elapsed(),
+        ctx.note_bound(what, Bound("exact MIP", float(out.bound), ctx.elapsed(),
                                    "integer replicas and nodes, HiGHS's branch and bound"))
     plan = None
     if out.has_solution:
         reading = cache.read(out.x)
         sol = Solution(reading.committed, reading.ondemand, reading.flows, reading.replicas, reading.routes,
                        reading.unserved)
-        plan = Candidate(plan_cost(ctx.inst, sol), sol)
+        plan = candidate(ctx.inst, sol)
     seconds = time.perf_counter() - t
     ctx.log.append(SolveStep("exact", out.status, out.objective, out.bound, seconds,
                              plan.cost_usd if plan else None))
@@ -60,11 +62,10 @@ def run_exact(ctx, cache, what: str, seconds: float | None = None) -> tuple[Cand
 
 
 def solve_exact(ctx) -> Candidate:
-    """Exact mode: the one MIP already in ``ctx.cache``."""
-    plan, out, _ = run_exact(ctx, ctx.cache, "exact")
-    ctx.timed_out = out.status == "time_limit"
+    """Exact mode: the one MIP already in ``ctx.cache``, for the effort's nodes."""
+    plan, out, _ = run_exact(ctx, ctx.cache, "exact", ctx.settings.work.exact_nodes)
     if plan is None:
         raise InfeasibleError(f"the exact model has no plan ({out.status}): no whole plan fits the sites' supply "
                               "caps and megawatts")
-    ctx.note("exact", plan.cost_usd)
-    return plan
+    ctx.offer("exact", plan)
+    return ctx.best

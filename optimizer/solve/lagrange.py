@@ -118,18 +118,19 @@ class Round:
     seconds: float = 0.0
 
 
-def evaluate(inst: Instance, runner: SliceRunner, mu: Multipliers, seconds_per_slice: float, until: float) -> Round:
-    """One round: every nominal slice's program under ``mu``, and L(μ, ρ) — None unless every
-    slice gave a bound before ``until`` (epoch seconds)."""
+def evaluate(inst: Instance, runner: SliceRunner, mu: Multipliers, limits: dict) -> Round:
+    """One round: every nominal slice's program under ``mu`` within ``limits`` (``nodes`` of
+    branch and bound each, and ``until``, the wall-clock cap in epoch seconds), and L(μ, ρ) —
+    None unless every slice gave a bound."""
     t0 = time.perf_counter()
     extra = mu.ondemand_extra(inst)
     nominal = [st for st in inst.states if st.lost_site is None and st.weight_hours > 0]
-    order = sorted(nominal, key=lambda st: -sum(v for k, v in inst.demand.items() if k[2] == st.slice))
+    order = sorted(nominal, key=lambda st: (-sum(v for k, v in inst.demand.items() if k[2] == st.slice), st.id))
     tasks = []
     for st in order:
         args = {"committed_usd": {(s, g): v for (s, g, t), v in mu.committed.items() if t == st.id},
                 "ondemand_extra_usd": {(s, g): v for (s, g, t), v in extra.items() if t == st.id},
-                "seconds": seconds_per_slice, "gap": SLICE_GAP, "until": until}
+                "gap": SLICE_GAP, **limits}
         tasks.append(("bound", st.id, args))
     out = Round(None)
     for result in runner.run_tasks(tasks):

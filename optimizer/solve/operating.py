@@ -1,14 +1,12 @@
 """A plan's commitment operated: the plan's own formulation on a one-hour view of the
-instance (`instance.operating_view`) with the commitment fixed (`formulations.Operating`).
+instance (`instance.operating_view`) with the commitment fixed (`formulations.Operating`) —
+how `optimizer.operate` routes again an hour the plan's routing cannot host.
 
 Per hour, only the demand changes: the program stays in HiGHS and each solve starts from the
-last basis (a fraction of a millisecond on the reference scenario), which is why the hours of
-a year run in one process, in order. Two uses:
-
-* `reoperate_slices` — the plan's own slices operated again on its commitment, made whole and
-  re-committed (`repair.repair`): committed GPUs cost nothing in the hour, so each slice
-  fills them before it rents, which the master problem's linear prices cannot see;
-* `optimizer.operate` — the 8,760 hours of the plan's year.
+last basis (a fraction of a millisecond on the reference scenario). Its pools are priced at the
+per-replica capacity of their largest planned size, which is optimistic for a pool run far
+below it; an hour it routes is therefore made whole and kept only where it leaves fewer GPUs
+short than the plan's own routing.
 """
 
 from __future__ import annotations
@@ -18,9 +16,8 @@ import numpy as np
 
 from formulations import Operating, Reading, build_program, read_solution
 from optimizer.backends import HighsDirect
-from optimizer.fleet import Solution, committed_nodes
+from optimizer.fleet import Solution
 from optimizer.instance import Instance, kappa, operating_view
-from optimizer.repair import repair
 from optimizer.units import SECONDS_PER_HOUR
 
 TIE_BREAK_USD_PER_GPU_HOUR = 1e-4  # small beside any price, large beside the solver's tolerances
@@ -45,7 +42,8 @@ class OperatingProgram:
                   for pid in open_pools}
         self.lp, _ = build_program(view, False, prices, {}, Operating(dict(nodes), open_pools, TIE_BREAK_USD_PER_GPU_HOUR))
         self.keys = sorted((m, k) for m, k, _ in view.demand)
-        self.highs = HighsDirect(self.lp).highs
+        self.backend = HighsDirect(self.lp)
+        self.highs = self.backend.highs
         self._rows = np.array([self.lp.rows["demand_balance"][(m, k, 0)] for m, k in self.keys], dtype=np.int32)
         flows = [(key[0], col) for block, cols in self.lp.cols.items() if block.endswith("_flow")
                  for key, col in cols.items()]
@@ -56,6 +54,13 @@ class OperatingProgram:
         self.route_cols = np.array(list(routes.values()), dtype=np.int64)
         self.egress_usd = np.array([SECONDS_PER_HOUR * inst.egress_usd_per_request[key[2]] for key in routes])
 
+    def price(self, gpus_per_rps: dict[int, float]) -> None:
+        """New GPUs per request/s for some pools (pool id → price) — e.g. their whole replicas
+        at an hour's planned load over that load, exact at the plan's own routing."""
+        known = self.lp.params["gpus_per_rps"]
+        self.backend.apply([self.lp.set_params("gpus_per_rps", {(pid, 0): v for pid, v in gpus_per_rps.items()
+                                                                if (pid, 0) in known})])
+
     def solve(self, demand_rps: np.ndarray) -> tuple[np.ndarray, bool]:
         """(solution vector, optimal?) for one hour's demand per (metro, workload) of ``keys``."""
         h = self.highs
@@ -65,23 +70,3 @@ class OperatingProgram:
 
     def read(self, x: np.ndarray) -> Reading:
         return read_solution(self.lp, x)
-
-
-def reoperate_slices(inst: Instance, sol: Solution, closed: frozenset[int] = frozenset()) -> Solution | None:
-    """The plan's slices operated again on its commitment and pools (less ``closed``), made
-    whole and re-committed. None where one program cannot stand for every state (site-loss
-    states, more than one regime) or a slice fails."""
-    if any(st.lost_site is not None or st.regime != inst.states[0].regime for st in inst.states):
-        return None
-    sizes = {pid: n for pid, n in largest_sizes(sol).items() if pid not in closed}
-    program = OperatingProgram(inst, committed_nodes(sol), sizes)
-    flows, routes, unserved = {}, {}, {}
-    for st in inst.states:
-        x, optimal = program.solve(np.array([inst.demand.get((m, k, st.slice), 0.0) for m, k in program.keys]))
-        if not optimal:
-            return None
-        hour = program.read(x)
-        flows.update({(pid, st.id): v for (pid, _), v in hour.flows.items()})
-        routes.update({(*key[:4], st.id): v for key, v in hour.routes.items()})
-        unserved.update({(m, k, st.id): v for (m, k, _), v in hour.unserved.items()})
-    return repair(inst, flows, routes, unserved)

@@ -2,16 +2,19 @@
 a scheduler address is given — as sweeps do. The instance goes to each worker once; each
 worker keeps the slice programs it built, so that later rounds only change their prices.
 
-A task is ``(kind, state id, arguments)``; `run_tasks` yields the results as they finish. A
-task's ``until`` is a wall-clock deadline (epoch seconds, shared by every machine of a
-cluster): a task started after it returns no result.
+A task is ``(kind, state id, arguments)``; `run_tasks` returns the results in the tasks'
+order. A result depends on its task alone — not on which worker ran it, nor on what that
+worker ran before (a kept program forgets its last basis and incumbent; the work is counted in
+branch-and-bound nodes) — so the same tasks give the same results on 1, 2 or 40 workers. A
+task's ``until`` is the wall-clock cap (epoch seconds, shared by every machine of a cluster):
+a task started after it returns no result.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
@@ -45,14 +48,12 @@ def run_slice(task) -> SliceResult:
             program = SliceProgram(inst, sid, committed=args["committed"])
         programs[(kind, sid)] = kept = (commitment, program)
     program = kept[1]
+    program.forget()
     if kind == "bound":
         program.price(args["committed_usd"], args["ondemand_extra_usd"])
     if args.get("start") is not None:
         program.start_from(args["start"])
-    seconds = min(args["seconds"], args["until"] - time.time())
-    if seconds < MIN_SECONDS:  # the budget is spent: no result, the caller keeps what it has
-        return SliceResult(sid, None, -np.inf, None, 0.0)
-    return program.solve(seconds, args["gap"])
+    return program.solve(args["nodes"], args["gap"], args["until"] - time.time())
 
 
 def check_scheduler(address: str, seconds: float = 10.0) -> None:
@@ -95,16 +96,10 @@ class SliceRunner:
         if self._client is not None:
             self._client.close()
 
-    def run_tasks(self, tasks):
-        """The results of ``tasks``, as they finish."""
+    def run_tasks(self, tasks) -> list[SliceResult]:
+        """The results of ``tasks``, in their order."""
         if self._client is not None:
-            from dask.distributed import as_completed as dask_completed
-
-            for future in dask_completed(self._client.map(run_slice, tasks, pure=False)):
-                yield future.result()
-        elif self._pool is not None:
-            for future in as_completed([self._pool.submit(run_slice, t) for t in tasks]):
-                yield future.result()
-        else:
-            for task in tasks:
-                yield run_slice(task)
+            return self._client.gather(self._client.map(run_slice, tasks, pure=False))
+        if self._pool is not None:
+            return list(self._pool.map(run_slice, tasks))
+        return [run_slice(task) for task in tasks]

@@ -9,14 +9,27 @@ import numpy as np
 
 from optimizer.fleet import Solution, procurement_table, replicas_needed, unserved_penalty_usd
 from optimizer.instance import Instance, kappa, reach
+from optimizer.solve.settings import Candidate
 from optimizer.units import HOURS_PER_YEAR, Role
 
 UNPRICEABLE = 1e6  # GPUs per request/s of a pool that cannot serve at all
 
 
 def plan_cost(inst: Instance, sol: Solution) -> float:
-    """What a whole plan costs, with the unserved-demand penalty: the figure steps compare."""
+    """What a whole plan costs, with the unserved-demand penalty."""
     return float(procurement_table(inst, sol)["cost_usd"].sum()) + unserved_penalty_usd(inst, sol)
+
+
+def unserved_request_hours(inst: Instance, sol: Solution) -> float:
+    """Requests/s left unserved × the hours of their states (site-loss states by their
+    penalty's notional hours): what a plan fails to serve, compared before its cost."""
+    hours = {st.id: st.penalty_hours for st in inst.states}
+    return float(sum(hours[sid] * u for (_, _, sid), u in sol.unserved.items()))
+
+
+def candidate(inst: Instance, sol: Solution) -> Candidate:
+    """A whole plan as the steps compare it (`settings.Candidate`)."""
+    return Candidate(plan_cost(inst, sol), sol, unserved_request_hours(inst, sol))
 
 
 def at_sizes(inst: Instance, sizes: dict[tuple[int, int], int]) -> dict[tuple[int, int], float]:

@@ -72,9 +72,14 @@ class SliceProgram:
                        mine(sol.ondemand, 2), mine(sol.replicas, 1))
         self.backend.set_start(*write_solution(self.lp, here))
 
-    def solve(self, seconds: float, gap: float) -> SliceResult:
+    def forget(self) -> None:
+        """Drop the last solve's basis and incumbent: the next result depends on its inputs only."""
+        self.backend.forget_basis()
+
+    def solve(self, nodes: int, gap: float, seconds: float) -> SliceResult:
+        """At most ``nodes`` branch-and-bound nodes (or ``seconds``, the wall-clock cap), one thread."""
         t = time.perf_counter()
-        out = self.backend.solve(seconds, gap, 1)
+        out = self.backend.solve(seconds, gap, 1, nodes=nodes)
         if out.bound is not None and np.isfinite(out.bound):
             bound = float(out.bound)
         else:  # stopped before HiGHS had a bound: none, unless the program was solved

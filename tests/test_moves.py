@@ -1,0 +1,130 @@
+"""Moves on whole plans (`optimizer.solve.moves`): each kept move lowers the plan's cost or
+frees GPUs, and leaves a plan whose balances hold — every request routed, every tier's
+requests taken by its pools, every prefill class's handed to its decode pools; the search
+never raises the cost, never goes below the brute-force optimum, and does the same work
+(moves priced) to the same end wherever it runs."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_mip_exact import tiny_instance
+
+from optimizer.fleet import gpus_in_replicas, whole_replicas
+from optimizer.instance import build_instance
+from optimizer.network import build_graph, rtt_matrix
+from optimizer.scenario import DATA_DIR, load_scenario
+from optimizer.solve import SolverSettings, plan_cost, solve
+from optimizer.solve.moves import WholePlan, decode_merges, improve, merges
+from optimizer.solve.settings import FIRST_PLAN_STEPS
+from optimizer.units import Role
+
+REL = 1e-9
+
+
+def _first(inst):
+    """The master's first whole plan, before any move."""
+    return solve(inst, SolverSettings(exact=False, steps=("bound",), effort="first")).solution
+
+
+@pytest.fixture(scope="module")
+def us_east():
+    s, raw = load_scenario(DATA_DIR / "scenarios" / "us-east.yaml")
+    return build_instance(s, rtt_matrix(build_graph(s, raw.path.parent), s))
+
+
+def assert_balanced(inst, sol):
+    """The plan's balances, recomputed from its decisions."""
+    routed, into, entry, handed, decoded = (defaultdict(float) for _ in range(5))
+    for (m, s, k, tier, sid), x in sol.routes.items():
+        routed[(m, k, sid)] += x
+        into[(s, k, tier, sid)] += x
+    for (pid, sid), y in sol.flows.items():
+        p = inst.pools[pid]
+        if p.role == Role.DECODE:
+            decoded[(p.site, p.workload, p.speed, sid)] += y
+        else:
+            entry[(p.site, p.workload, p.tier, sid)] += y
+            if p.role == Role.PREFILL:
+                handed[(p.site, p.workload, p.speed, sid)] += y
+    for state in inst.states:
+        if state.lost_site is None:
+            for (m, k, t), lam in inst.demand.items():
+                if t == state.slice:
+                    assert routed[(m, k, state.id)] + sol.unserved.get((m, k, state.id), 0.0) == pytest.approx(lam, rel=1e-7)
+    for a, b in ((into, entry), (handed, decoded)):
+        for key in set(a) | set(b):
+            assert a[key] == pytest.approx(b[key], rel=1e-7, abs=1e-9), key
+    assert sol.replicas == {k: n for k, n in whole_replicas(inst, sol.flows).items() if n or k in sol.replicas}
+
+
+@pytest.mark.parametrize("which", ["tiny", "us-east"])
+def test_the_search_keeps_balances_and_never_raises_the_cost(which, tiny, us_east):
+    inst = tiny if which == "tiny" else us_east
+    first = _first(inst)
+    better, done = improve(inst, first, 3000)
+    assert done.priced > 0 and done.after_usd <= done.before_usd + 1e-6
+    assert plan_cost(inst, better) <= plan_cost(inst, first) + 1e-6
+    assert not better.violations and not better.gpus_short
+    assert_balanced(inst, better)
+    if which == "us-east":
+        assert plan_cost(inst, better) < 0.95 * plan_cost(inst, first)  # the moves pay there (about 10 %)
+
+
+def test_each_kept_move_lowers_the_cost_or_frees_gpus(us_east):
+    plan = WholePlan(us_east, _first(us_east))
+    kept = 0
+    for sid in plan.rule.ids[:12]:
+        for generate in (merges(plan, sid), decode_merges(plan, sid)):
+            for loads, routes in generate:
+                before_cost, before_gpus = plan.cost_usd, sum(v.sum() for v in plan.gpus.values())
+                move = plan.price(loads, routes)
+                if move.better:
+                    plan.apply(move)
+                    kept += 1
+                    after_gpus = sum(v.sum() for v in plan.gpus.values())
+                    assert plan.cost_usd < before_cost - 1e-6 or (
+                        plan.cost_usd <= before_cost + 1e-6 and after_gpus < before_gpus)
+                    assert plan.cost_usd == pytest.approx(before_cost + move.cost_usd, abs=1e-6)
+    assert kept > 0
+    # the search's own bookkeeping agrees with the fleet's rules applied from scratch
+    sol = plan.solution()
+    again = WholePlan(us_east, sol)
+    assert again.cost_usd == pytest.approx(plan.cost_usd, rel=REL)
+    need = gpus_in_replicas(us_east, sol.replicas)
+    for (s, g), gpus in plan.gpus.items():
+        assert list(gpus) == [need.get((s, g, sid), 0) for sid in plan.rule.ids]
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(scale=st.floats(0.3, 3.0), budget=st.integers(0, 400))
+def test_on_brute_force_instances_moves_stay_feasible_and_above_the_optimum(scale, budget):
+    from test_mip_exact import brute_force
+
+    inst = tiny_instance([f"demand.scale={scale}"])
+    first = _first(inst)
+    better, _ = improve(inst, first, budget)
+    assert plan_cost(inst, better) <= plan_cost(inst, first) + 1e-6
+    assert plan_cost(inst, better) >= brute_force(inst) * (1 - 1e-7)
+    assert not better.violations
+    assert_balanced(inst, better)
+
+
+def test_more_moves_never_cost_more_and_the_same_budget_gives_the_same_plan(us_east):
+    first = _first(us_east)
+    costs = [plan_cost(us_east, improve(us_east, first, budget)[0]) for budget in (0, 200, 1000, 4000)]
+    assert costs == sorted(costs, reverse=True)
+    a, b = improve(us_east, first, 1500)[0], improve(us_east, first, 1500)[0]
+    assert a.replicas == b.replicas and a.committed == b.committed and a.ondemand == b.ondemand
+
+
+def test_first_plan_steps_include_the_moves(tiny):
+    result = solve(tiny, SolverSettings(exact=False, steps=FIRST_PLAN_STEPS, effort="first"))
+    assert [step.kind for step in result.steps][:2] == ["bound", "improve"]
+    assert result.work.get("moves priced", 0) > 0
+    assert np.isfinite(result.objective_usd)
+
