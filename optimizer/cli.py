@@ -87,11 +87,11 @@ def cmd_curves(args) -> int:
         out = operating_table(model, gpu, s.serving, args.isl, args.osl, args.itl_ms, price,
                               args.dtype, args.kv_dtype or args.dtype, args.ttft_ms)
     except ValidationError as exc:  # the workload rules of the YAML, applied to the flags
-        from optimizer.scenario import explain
+        from optimizer.scenario import Workload, explain
 
         err = exc.errors()[0]
         flag = CURVE_FLAGS.get(str(err["loc"][0]) if err["loc"] else "", "--isl")
-        raise ScenarioError(explain(err), Origin(flag)) from None
+        raise ScenarioError(explain(err, Workload), Origin(flag)) from None
     if args.plot:
         _plot_curves(out, model, gpu, s.serving, args, file_target(args.plot, "png", flag="--plot"))
     if args.json:
