@@ -588,8 +588,10 @@ def cmd_calibrate(args) -> int:
     context = {k: getattr(args, k) for k in ("model", "accelerator", "tp", "gpus", "engine", "version", "weight_dtype",
                                               "prompt_tokens", "output_tokens")}
     summary = run(args.tables, args.out, holdout=args.holdout, seed=args.seed, context=context, plot=args.plot)
+    for w in summary["warnings"]:
+        print(f"warning: {w}", file=sys.stderr)
     if args.json:
-        _print_json({k: summary[k] for k in ("calibration_file", "parameters", "fit", "holdout")})
+        _print_json({k: summary[k] for k in ("calibration_file", "parameters", "warnings", "fit", "holdout")})
     else:
         print(text(summary))
     return 0

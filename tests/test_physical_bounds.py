@@ -1,6 +1,7 @@
 """Every numeric field of a scenario has a range a physicist would accept, generated from the
 schema: each field of every model a scenario holds is tried at 0, −1, 1e308, 1e−300, NaN,
-+∞ and −∞. A value outside the field's range is one line naming the file, the line and the
++∞ and −∞ — and so is every numeric column of a benchmark table (`calibration.tables.NUMBERS`)
+and every parameter of a calibration file (`calibration.params.PARAMETERS`). A value outside the field's range is one line naming the file, the line and the
 field, with the accepted range; a value inside it validates and passes the pre-flight checks
 (or is refused there in one line) — never a traceback three modules later.
 
@@ -18,6 +19,9 @@ import pytest
 from pydantic import BaseModel
 from small import SMALL
 
+from optimizer.calibration.files import read_calibration
+from optimizer.calibration.params import PARAMETERS
+from optimizer.calibration.tables import LIMITS, NUMBERS, read_benchmark_csv
 from optimizer.checks import preflight
 from optimizer.cli import main
 from optimizer.errors import FleetplanError, ScenarioError
@@ -45,7 +49,7 @@ from optimizer.scenario import (
     load_raw,
     validate,
 )
-from optimizer.scenario.fields import accepted
+from optimizer.scenario.fields import accepted, range_text
 
 VALUES = [0, -1, 1e308, 1e-300, math.nan, math.inf, -math.inf]
 ALWAYS_REFUSED = {1e308, math.inf, -math.inf}  # no physical field reaches them (NaN: checked apart)
@@ -216,3 +220,52 @@ def test_descriptions_carry_units_and_reasons():
     fiber = NetworkSpec.model_fields["fiber_km_per_ms"].description
     assert "100 to 299.792458 km/ms" in fiber and "light in vacuum" in fiber
 
+
+# --------------------------------------------------------------------------- calibration inputs
+
+# one e2e row with every numeric column of the benchmark table filled (tables.NUMBERS)
+E2E_ROW = {"kind": "e2e", "model": "llama-3.1-8b", "accelerator": "h100-sxm", "weight_dtype": "bf16", "tp": 1, "ep": 1,
+           "pp": 1, "gpus": 1, "batch": 8, "prompt_tokens": 512, "context_tokens": 0, "output_tokens": 128,
+           "latency_ms": 10, "request_rate": 4, "ttft_p50_ms": 50, "ttft_p99_ms": 100, "itl_p50_ms": 10,
+           "itl_p99_ms": 20, "throughput_tokens_per_s": 500}
+
+
+def test_every_numeric_column_of_the_benchmark_table_is_bounded():
+    assert set(NUMBERS) == set(LIMITS) and set(NUMBERS) <= set(E2E_ROW)
+
+
+@pytest.mark.parametrize("column", NUMBERS)
+def test_absurd_values_in_a_benchmark_table_are_refused_with_the_range(tmp_path, column):
+    low, high, unit = LIMITS[column]
+    path = tmp_path / "t.csv"
+    for value in VALUES:
+        row = {**E2E_ROW, column: value}
+        path.write_text(",".join(row) + "\n" + ",".join(str(v) for v in row.values()) + "\n")
+        inside = low <= value <= high or (column == "request_rate" and value == math.inf)
+        try:
+            table = read_benchmark_csv(path)
+        except ScenarioError as exc:
+            text = str(exc)
+            assert "\n" not in text and exc.origin.file == str(path) and exc.origin.line == 2, text
+            if not inside:
+                assert exc.field == column and f"expected {range_text(ge=low, le=high, unit=unit)}" in text, text
+            continue
+        assert inside, f"{column} = {value} was accepted"
+        assert table[column].iloc[0] == value
+
+
+@pytest.mark.parametrize("name", PARAMETERS)
+def test_absurd_values_in_a_calibration_file_are_refused_with_the_range(tmp_path, name):
+    low, high, _ = PARAMETERS[name]
+    path = tmp_path / "cal.yaml"
+    for value in VALUES:
+        path.write_text(f"fleetplan_calibration: 1\nentries:\n  - {{accelerator: h100-sxm, {name}: {value!r}}}\n"
+                        .replace("nan", ".nan").replace("inf", ".inf"))
+        try:
+            read_calibration(path)
+        except ScenarioError as exc:
+            assert exc.field == name and "\n" not in str(exc)
+            if not low <= value <= high:
+                assert f"{low:g} to {high:g}" in str(exc), str(exc)
+            continue
+        assert low <= value <= high, f"{name} = {value} was accepted"

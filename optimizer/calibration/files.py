@@ -37,7 +37,7 @@ import yaml
 from pydantic import ValidationError
 
 from optimizer.calibration.params import PARAMETERS, CalibrationPoint, ParameterSet, entry_from_row, shipped_rows
-from optimizer.errors import Origin, ScenarioError
+from optimizer.errors import RANGE_ERRORS, Origin, ScenarioError
 
 FORMAT_VERSION = 1
 
@@ -79,7 +79,8 @@ def read_calibration_record(path: str | Path) -> tuple[list[ParameterSet], str, 
             raise ScenarioError(f"expected a mapping of parameters, got {entry!r}", where, field=f"entries[{i}]")
         unknown = [k for k in entry if k not in ParameterSet.model_fields or k == "origin"]
         if unknown:
-            raise ScenarioError(f"unknown field; expected among {', '.join(('accelerator', 'engine', 'dtype', *PARAMETERS, 'spread'))}",
+            known = [k for k in ParameterSet.model_fields if k != "origin"]
+            raise ScenarioError(f"unknown field; expected among {', '.join(known)}",
                                 where, field=unknown[0])
         out.append(_checked(ParameterSet, dict(entry, origin=path.name), where))
     points = doc.get("points") or []
@@ -99,7 +100,13 @@ def _checked(model, value, where: Origin):
         return model(**value)
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise ScenarioError(err["msg"].removeprefix("Value error, ") + f"; got {err.get('input')!r}", where,
+        name = str(err["loc"][0]) if err["loc"] else ""
+        message = err["msg"].removeprefix("Value error, ")
+        if name in PARAMETERS:
+            low, high, _ = PARAMETERS[name]
+            accepted = f"{low:g} to {high:g}, the range a fit keeps to"
+            message = f"expected {accepted}" if err["type"] in RANGE_ERRORS else f"{message} (accepted: {accepted})"
+        raise ScenarioError(f"{message}; got {err.get('input')!r}", where,
                             field=".".join(str(p) for p in err["loc"])) from None
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 from optimizer.calibration.files import write_calibration
 from optimizer.calibration.fit import CalibrationResult, calibrate, residual_table
 from optimizer.calibration.model import check_ids, shipped_catalogue
-from optimizer.calibration.params import PARAMETERS, CalibrationPoint
+from optimizer.calibration.params import CalibrationPoint
 from optimizer.calibration.tables import read_tables, table_digest
 
 
@@ -41,7 +41,9 @@ def run(paths: list[str], out: str, holdout: float = 0.2, seed: int = 0, context
     return {
         "calibration_file": str(out),
         "parameters": [{"accelerator": e.accelerator, "engine": e.engine, "dtype": e.dtype, **e.values(),
-                        "fitted": g.fitted} for e, g in zip(entries, result.groups)],
+                        "fitted": e.fitted, "kept": e.kept, "provenance": e.provenance}
+                       for e in entries],
+        "warnings": [w for g in result.groups for w in g.warnings],
         "fit": per_kind(result, "train"),
         "holdout": per_kind(result, "holdout"),
         "residuals": residuals,
@@ -65,8 +67,11 @@ def text(summary: dict) -> str:
     """The parameters and the residual table, for a terminal."""
     lines = [f"calibration written to {summary['calibration_file']}", "", "fitted parameters:"]
     for p in summary["parameters"]:
-        values = ", ".join(f"{name} {p[name] if abs(p[name]) >= 1e-6 else 0:.4g}" for name in PARAMETERS)
-        lines.append(f"  {p['accelerator']}/{p['engine']}/{p['dtype']}: {values}")
+        values = ", ".join(f"{name} {p[name] if abs(p[name]) >= 1e-6 else 0:.4g}" for name in p["fitted"])
+        lines.append(f"  {p['accelerator']}/{p['engine']}/{p['dtype']}: {values or 'none'}")
+        for name, why in p["kept"].items():
+            lines.append(f"    kept {name} {p[name] if abs(p[name]) >= 1e-6 else 0:.4g}: {why}")
+        lines += [f"    {name} from {where}" for name, where in p["provenance"].items()]
     lines += ["", "residuals |predicted / measured − 1| per table and kind:",
               f"  {'split':8s} {'table':32s} {'kind':8s} {'points':>6s} {'median':>7s} {'p90':>7s} {'median pred/meas':>17s}"]
     for split, label in (("train", "fit"), ("holdout", "held-out")):
