@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from optimizer import arguments as flags
 from optimizer.arguments import Parser
-from optimizer.errors import FleetplanError, Origin, ScenarioError
+from optimizer.errors import FleetplanError, Origin, ScenarioError, shorten
 from optimizer.outputs import (
     COMPARISON,
     DEMAND,
@@ -577,8 +577,13 @@ def cmd_operate(args) -> int:
 
 def _calibration_override(args) -> list[str]:
     """``--calibration FILE`` is the override ``calibration=FILE`` (the file's content replaces
-    the one the scenario names)."""
-    return [f"calibration={args.calibration}"] if getattr(args, "calibration", None) else []
+    the one the scenario names), the path checked first so that an error names the flag."""
+    from optimizer.calibration.files import calibration_path
+
+    if getattr(args, "calibration", None) is None:
+        return []
+    calibration_path(args.calibration, Path.cwd(), Origin(f"--calibration {shorten(args.calibration)}"))
+    return [f"calibration={args.calibration}"]
 
 
 @command("calibrate", "fit the serving parameters to measured tables; write a calibration file", flags.calibrate)

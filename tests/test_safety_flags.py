@@ -75,6 +75,13 @@ CASES = [
     (["sweep", str(TINY), "--vary", "demand.scale=1,2", "--scheduler", "8786", "--quiet"], "--scheduler", "tcp://"),
     # well formed, but nobody answers: refused before the solve, not 30 s into refining
     (PLAN + ["--scheduler", "tcp://127.0.0.1:1"], "--scheduler", "no Dask scheduler answers"),
+    # a calibration path names the flag it came by, and what it found there
+    (PLAN + ["--calibration", "."], "fleetplan: --calibration .: ", "is a folder; expected a calibration file in it"),
+    (PLAN + ["--calibration", "nothere.yaml"], "fleetplan: --calibration nothere.yaml: ", "no calibration file at"),
+    (PLAN + ["--calibration", ""], "fleetplan: --calibration : ", "expected the path of a calibration file"),
+    (PLAN + ["--set", "calibration=."], "fleetplan: --set calibration=.: ", "is a folder"),
+    (["curves", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--calibration", "."], "fleetplan: --calibration .: ",
+     "is a folder"),
 ]
 
 

@@ -110,30 +110,35 @@ def _checked(model, value, where: Origin):
                             field=".".join(str(p) for p in err["loc"])) from None
 
 
-def calibration_data(value, scenario_path: Path, line: int | None = None) -> dict:
-    """The ``calibration`` a resolved scenario records: the named file's parameter sets (if
-    any) ahead of the shipped defaults, plus the file's name and sha256."""
+def calibration_path(value, base: Path, where: Origin, field: str | None = None) -> Path:
+    """The calibration file ``value`` names (relative to ``base``), checked: a path, to a file.
+    Errors name ``where`` the name was given (a scenario's line, or a flag)."""
+    if not isinstance(value, str) or not value.strip():
+        raise ScenarioError(f"expected the path of a calibration file (fleetplan calibrate --out), got {value!r}",
+                            where, field=field)
+    path = (base / value).resolve()
+    if path.is_dir():
+        raise ScenarioError(f"{path} is a folder; expected a calibration file in it (the YAML or JSON file "
+                            "fleetplan calibrate --out wrote)", where, field=field)
+    if not path.is_file():
+        raise ScenarioError(f"no calibration file at {path}", where, field=field)
+    return path
+
+
+def calibration_data(value, base: Path, where: Origin, field: str | None = None) -> dict:
+    """The ``calibration`` a resolved scenario records: the file ``value`` names (relative to
+    ``base``; errors name ``where`` and ``field``), if any, ahead of the shipped defaults,
+    plus the file's name and sha256."""
     entries: list[dict] = []
     file = sha = None
     record: dict = {}
     if value is not None:
-        if not isinstance(value, str) or not value.strip():
-            raise ScenarioError(f"expected the path of a calibration file (fleetplan calibrate --out), got {value!r}",
-                                Origin(str(scenario_path), line), field="calibration")
-        path = (scenario_path.parent / value).resolve()
-        if not path.is_file():
-            raise ScenarioError(f"no calibration file at {path}", Origin(str(scenario_path), line), field="calibration")
+        path = calibration_path(value, base, where, field)
         sets, sha, record = read_calibration_record(path)
         entries = [e.model_dump() for e in sets]
         file = str(path)
     entries += [entry_from_row(row).model_dump() for row in shipped_rows()]
     return {"file": file, "sha256": sha, "entries": entries, **record}
-
-
-def attach(raw, path: str | Path) -> None:
-    """Put the calibration file ``path`` (relative to the working directory) into a resolved
-    raw scenario in place of the one it named (`--calibration FILE`)."""
-    raw.data["calibration"] = calibration_data(str(Path(path).resolve()), Path.cwd() / "cli")
 
 
 def write_calibration(path: str | Path, entries: list[ParameterSet], inputs: list[dict], residuals: dict,

@@ -349,7 +349,8 @@ def load_raw(path: str | Path | None = None) -> RawScenario:
             data["price_provider"] = provider
         data[name] = _key_rows(spec, rows, origins)
     data["diurnal"] = _read_diurnal(doc.get("diurnal"), yaml_path, catalogue, origins, warnings, _key_line(doc, "diurnal"))
-    data["calibration"] = calibration_data(doc.get("calibration"), yaml_path, _key_line(doc, "calibration"))
+    data["calibration"] = calibration_data(doc.get("calibration"), yaml_path.parent,
+                                           Origin(str(yaml_path), _key_line(doc, "calibration")), field="calibration")
 
     for name in SECTIONS:
         section = doc.get(name) or LineDict()
