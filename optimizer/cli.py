@@ -592,7 +592,12 @@ def cmd_calibrate(args) -> int:
 
     context = {k: getattr(args, k) for k in ("model", "accelerator", "tp", "gpus", "engine", "version", "weight_dtype",
                                               "prompt_tokens", "output_tokens")}
-    summary = run(args.tables, args.out, holdout=args.holdout, seed=args.seed, context=context, plot=args.plot)
+    # both targets checked before any table is read: a calibration file replaces only one
+    out = file_target(args.out, "calibration", flag="--out", inputs=args.tables)
+    plot = file_target(args.plot, "png", flag="--plot", inputs=args.tables) if args.plot is not None else None
+    if plot == out:
+        raise ScenarioError("--out and --plot name the same file; expected two", Origin(f"--plot {shorten(args.plot)}"))
+    summary = run(args.tables, out, holdout=args.holdout, seed=args.seed, context=context, plot=plot)
     for w in summary["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
     if args.json:
