@@ -304,9 +304,7 @@ def _plan_text(sm: dict, out) -> str:
                      f"RTT +{r['rtt_margin_ms']:g} ms): {100 * r['price_of_robustness']:.1f} % above the nominal "
                      f"plan's ${r['nominal_cost_usd']:,.0f}"
                      + (f", {r['extra_gpus_peak']:+,} GPUs at peak" if r.get("extra_gpus_peak") is not None else ""))
-    if sm.get("baseline_cost_usd"):
-        lines.append(f"  hand-made baseline ${sm['baseline_cost_usd']:,.0f}/year: the plan saves "
-                     f"{100 * sm['savings_vs_baseline']:.1f} %")
+    lines += _baseline_lines(sm)
     for k, v in sm["cost_per_million_tokens_usd_by_workload"].items():
         if v is not None:
             lines.append(f"    {k:20s} ${v:8.3f} per million output tokens")
@@ -316,6 +314,18 @@ def _plan_text(sm: dict, out) -> str:
     lines.append(f"  solved in {sm['solve_seconds']:.1f} s (build {sm['build_seconds']:.1f} s, hand-off "
                  f"{sm['handoff_seconds']:.1f} s{first})")
     return "\n".join(lines)
+
+
+def _baseline_lines(sm: dict) -> list[str]:
+    """The hand-made baseline: where it cannot serve, and the saving where both serve."""
+    lines = [f"  the hand-made baseline cannot serve {k}: {why}" for k, why in (sm.get("baseline_cannot_serve") or {}).items()]
+    compared = sm.get("baseline_comparison")
+    if sm.get("savings_vs_baseline") is not None and compared:
+        partly = set(compared["workloads"]) != set(sm["cost_usd_by_workload"])
+        scope = f" for {', '.join(compared['workloads'])}" if partly else ""
+        lines.append(f"  hand-made baseline ${compared['baseline_cost_usd']:,.0f}/year{scope}: the plan saves "
+                     f"{100 * sm['savings_vs_baseline']:.1f} %")
+    return lines
 
 
 @command("sweep", "plan a scenario over ranges of its inputs", flags.sweep)

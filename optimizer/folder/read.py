@@ -52,6 +52,7 @@ SUMMARY_OPTIONAL = {
     "cost_per_million_tokens_usd": (int, float), "goodput_tokens_per_s_avg": (int, float),
     "goodput_tokens_per_s_peak": (int, float), "tokens_per_s_per_mw": (int, float), "baseline_cost_usd": (int, float),
     "quality": (str,), "bounds": (list,), "gap_split": (dict,), "gap_history": (list,),
+    "baseline_cannot_serve": (dict,), "baseline_comparison": (dict,),
 }
 
 NOISE_RPS = 1e-6  # requests/s
