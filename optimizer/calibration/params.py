@@ -147,7 +147,7 @@ class CalibrationPoint(BaseModel):
     engine: str = "*"
     dtype: str = "*"
     model: str = ""
-    tp: int = Field(1, ge=1)
+    tp: int = Field(1, ge=1, le=1024)
     measured_ms: float = Field(gt=0, le=86_400_000)
     predicted_ms: float = Field(gt=0, le=86_400_000)
 
