@@ -85,6 +85,7 @@ def run_step(step: str, folder: Path, time_limit: float | None, effort: str, his
         history.mkdir(parents=True, exist_ok=True)
         pd.DataFrame([vars(p) for p in result.history]).to_csv(history / f"{step}.csv", index=False)
     base = baseline(inst)
+    whole = base.total_cost_usd if not base.cannot_serve else None  # a baseline short of a workload is no baseline
     size = result.model_size
     cost = result.objective_usd
     return {
@@ -100,8 +101,8 @@ def run_step(step: str, folder: Path, time_limit: float | None, effort: str, his
         "master_bound_musd": next((b.usd for b in result.bounds if b.source == "master LP"), float("nan")) / 1e6,
         "bound_musd": result.best_bound_usd / 1e6, "bound_from": best_source(result),
         "gap_%": 100 * result.mip_gap,
-        "cost_musd": cost / 1e6, "baseline_musd": base.total_cost_usd / 1e6 if base else float("nan"),
-        "savings_%": 100 * (1 - cost / base.total_cost_usd) if base else float("nan"),
+        "cost_musd": cost / 1e6, "baseline_musd": whole / 1e6 if whole else float("nan"),
+        "savings_%": 100 * (1 - cost / whole) if whole else float("nan"),
         "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 

@@ -19,10 +19,10 @@ from optimizer.errors import shorten
 from optimizer.scenario import Policy
 
 
-def _explain_first(exc: ValidationError) -> str:
+def _explain_first(exc: ValidationError, model: type[BaseModel]) -> str:
     from optimizer.scenario import explain  # the scenario's wording for the same rules
 
-    return explain(exc.errors()[0])
+    return explain(exc.errors()[0], model)
 
 
 def field_value(model: type[BaseModel], name: str):
@@ -33,7 +33,7 @@ def field_value(model: type[BaseModel], name: str):
         try:
             value = getattr(model.model_validate({name: _number_or_text(text)}), name)
         except ValidationError as exc:
-            raise argparse.ArgumentTypeError(f"{_explain_first(exc)} (the rule of scenario field "
+            raise argparse.ArgumentTypeError(f"{_explain_first(exc, model)} (the rule of scenario field "
                                               f"{model.__name__.lower()}.{name})") from None
         if value is None:
             raise argparse.ArgumentTypeError(f"expected a value, got {shorten(text)!r}")

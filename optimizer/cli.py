@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from optimizer import arguments as flags
 from optimizer.arguments import Parser
-from optimizer.errors import FleetplanError, Origin, ScenarioError
+from optimizer.errors import FleetplanError, Origin, ScenarioError, shorten
 from optimizer.outputs import (
     COMPARISON,
     DEMAND,
@@ -87,11 +87,11 @@ def cmd_curves(args) -> int:
         out = operating_table(model, gpu, s.serving, args.isl, args.osl, args.itl_ms, price,
                               args.dtype, args.kv_dtype or args.dtype, args.ttft_ms)
     except ValidationError as exc:  # the workload rules of the YAML, applied to the flags
-        from optimizer.scenario import explain
+        from optimizer.scenario import Workload, explain
 
         err = exc.errors()[0]
         flag = CURVE_FLAGS.get(str(err["loc"][0]) if err["loc"] else "", "--isl")
-        raise ScenarioError(explain(err), Origin(flag)) from None
+        raise ScenarioError(explain(err, Workload), Origin(flag)) from None
     if args.plot:
         _plot_curves(out, model, gpu, s.serving, args, file_target(args.plot, "png", flag="--plot"))
     if args.json:
@@ -304,9 +304,7 @@ def _plan_text(sm: dict, out) -> str:
                      f"RTT +{r['rtt_margin_ms']:g} ms): {100 * r['price_of_robustness']:.1f} % above the nominal "
                      f"plan's ${r['nominal_cost_usd']:,.0f}"
                      + (f", {r['extra_gpus_peak']:+,} GPUs at peak" if r.get("extra_gpus_peak") is not None else ""))
-    if sm.get("baseline_cost_usd"):
-        lines.append(f"  hand-made baseline ${sm['baseline_cost_usd']:,.0f}/year: the plan saves "
-                     f"{100 * sm['savings_vs_baseline']:.1f} %")
+    lines += _baseline_lines(sm)
     for k, v in sm["cost_per_million_tokens_usd_by_workload"].items():
         if v is not None:
             lines.append(f"    {k:20s} ${v:8.3f} per million output tokens")
@@ -316,6 +314,18 @@ def _plan_text(sm: dict, out) -> str:
     lines.append(f"  solved in {sm['solve_seconds']:.1f} s (build {sm['build_seconds']:.1f} s, hand-off "
                  f"{sm['handoff_seconds']:.1f} s{first})")
     return "\n".join(lines)
+
+
+def _baseline_lines(sm: dict) -> list[str]:
+    """The hand-made baseline: where it cannot serve, and the saving where both serve."""
+    lines = [f"  the hand-made baseline cannot serve {k}: {why}" for k, why in (sm.get("baseline_cannot_serve") or {}).items()]
+    compared = sm.get("baseline_comparison")
+    if sm.get("savings_vs_baseline") is not None and compared:
+        partly = set(compared["workloads"]) != set(sm["cost_usd_by_workload"])
+        scope = f" for {', '.join(compared['workloads'])}" if partly else ""
+        lines.append(f"  hand-made baseline ${compared['baseline_cost_usd']:,.0f}/year{scope}: the plan saves "
+                     f"{100 * sm['savings_vs_baseline']:.1f} %")
+    return lines
 
 
 @command("sweep", "plan a scenario over ranges of its inputs", flags.sweep)
@@ -577,8 +587,13 @@ def cmd_operate(args) -> int:
 
 def _calibration_override(args) -> list[str]:
     """``--calibration FILE`` is the override ``calibration=FILE`` (the file's content replaces
-    the one the scenario names)."""
-    return [f"calibration={args.calibration}"] if getattr(args, "calibration", None) else []
+    the one the scenario names), the path checked first so that an error names the flag."""
+    from optimizer.calibration.files import calibration_path
+
+    if getattr(args, "calibration", None) is None:
+        return []
+    calibration_path(args.calibration, Path.cwd(), Origin(f"--calibration {shorten(args.calibration)}"))
+    return [f"calibration={args.calibration}"]
 
 
 @command("calibrate", "fit the serving parameters to measured tables; write a calibration file", flags.calibrate)
@@ -587,9 +602,16 @@ def cmd_calibrate(args) -> int:
 
     context = {k: getattr(args, k) for k in ("model", "accelerator", "tp", "gpus", "engine", "version", "weight_dtype",
                                               "prompt_tokens", "output_tokens")}
-    summary = run(args.tables, args.out, holdout=args.holdout, seed=args.seed, context=context, plot=args.plot)
+    # both targets checked before any table is read: a calibration file replaces only one
+    out = file_target(args.out, "calibration", flag="--out", inputs=args.tables)
+    plot = file_target(args.plot, "png", flag="--plot", inputs=args.tables) if args.plot is not None else None
+    if plot == out:
+        raise ScenarioError("--out and --plot name the same file; expected two", Origin(f"--plot {shorten(args.plot)}"))
+    summary = run(args.tables, out, holdout=args.holdout, seed=args.seed, context=context, plot=plot)
+    for w in summary["warnings"]:
+        print(f"warning: {w}", file=sys.stderr)
     if args.json:
-        _print_json({k: summary[k] for k in ("calibration_file", "parameters", "fit", "holdout")})
+        _print_json({k: summary[k] for k in ("calibration_file", "parameters", "warnings", "fit", "holdout")})
     else:
         print(text(summary))
     return 0

@@ -76,6 +76,10 @@ class VerificationFailed(FleetplanError):
     exit_code = 7
 
 
+# pydantic's error types for a number outside a field's range (NaN and ±inf included)
+RANGE_ERRORS = frozenset({"greater_than", "greater_than_equal", "less_than", "less_than_equal", "finite_number"})
+
+
 def shorten(text, most: int = 100) -> str:
     """A value or path as shown in a message: long ones cut in the middle."""
     text = str(text)

@@ -92,9 +92,9 @@ def _check_graph(g: nx.Graph, s: Scenario, origin: Origin) -> nx.Graph:
         attrs.pop("line", None)
     for u, v, attrs in g.edges(data=True):
         ms = attrs.get("one_way_ms")
-        if ms is None or not np.isfinite(ms) or ms < 0:
+        if not _plausible_one_way(ms):
             raise ScenarioError(
-                f"edge {u}–{v}: expected a one-way latency ≥ 0 ms, got {ms!r}", origin, field="one_way_ms"
+                f"edge {u}–{v}: expected a one-way latency of {ONE_WAY_RANGE}, got {ms!r}", origin, field="one_way_ms"
             )
     missing = [n for n in known if n not in g]
     if missing:
@@ -112,6 +112,14 @@ def _check_graph(g: nx.Graph, s: Scenario, origin: Origin) -> nx.Graph:
     return g
 
 
+ONE_WAY_MS_MAX = 1000.0  # a geostationary satellite hop is ~270 ms one way; a second is no network path
+ONE_WAY_RANGE = f"0 to {ONE_WAY_MS_MAX:,.0f} ms"
+
+
+def _plausible_one_way(ms) -> bool:
+    return isinstance(ms, (int, float)) and bool(0 <= ms <= ONE_WAY_MS_MAX)
+
+
 def read_edge_csv(path: Path) -> nx.Graph:
     g = nx.Graph()
     reader = csv.DictReader(io.StringIO(read_text(path, "network graph CSV"), newline=""))
@@ -125,8 +133,9 @@ def read_edge_csv(path: Path) -> nx.Graph:
                 ms = float(row["one_way_ms"])
             except (TypeError, ValueError):
                 raise ScenarioError("expected a number of milliseconds", Origin(str(path), line), field="one_way_ms") from None
-            if not np.isfinite(ms) or ms < 0:
-                raise ScenarioError(f"expected a one-way latency ≥ 0 ms, got {ms}", Origin(str(path), line), field="one_way_ms")
+            if not _plausible_one_way(ms):
+                raise ScenarioError(f"expected a one-way latency of {ONE_WAY_RANGE}, got {ms}", Origin(str(path), line),
+                                    field="one_way_ms")
             ends = [unescape_text((row.get(k) or "").strip()) for k in ("from", "to")]
             if not all(ends):
                 raise ScenarioError("expected two node names (metro:ID, site:ID or a hub)", Origin(str(path), line),

@@ -20,10 +20,12 @@ Refusals are `ScenarioError`s (exit 2) that name the flag, the path and what was
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import signal
 import tempfile
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,24 +150,30 @@ def _same_kind_file(path: Path, kind: str, header: str | None) -> bool:
     if kind == "csv":
         first = head.split(b"\n", 1)[0].strip(b"\r").decode("utf-8", "replace")
         return header is not None and first == header
+    if kind == "calibration":  # YAML or JSON, the format marker near the top either way
+        return b"fleetplan_calibration" in head
     raise ValueError(kind)
 
 
+def _kind_name(kind: str) -> str:
+    return kind if kind == "calibration" else kind.upper()
+
+
 def file_target(text, kind: str, *, flag: str, header: str | None = None, inputs=()) -> Path:
-    """The resolved path a file output of ``kind`` (png | csv | graphml) may be written to:
-    absent, or a file of the same kind (a CSV with the same ``header``)."""
+    """The resolved path a file output of ``kind`` (png | csv | graphml | calibration) may be
+    written to: absent, or a file of the same kind (a CSV with the same ``header``)."""
     path = _resolve(text, flag)
     _never(path, flag, text)
     for item in inputs or ():
         if Path(item).resolve() == path:
             raise _refuse(flag, text, "this is an input of the run; writing here would replace it")
     if path.is_dir():
-        raise _refuse(flag, text, f"this is a folder; expected a {kind.upper()} file name")
+        raise _refuse(flag, text, f"this is a folder; expected a {_kind_name(kind)} file name")
     if path.exists():
         if not path.is_file():
-            raise _refuse(flag, text, f"this is not a regular file; expected a {kind.upper()} file name")
+            raise _refuse(flag, text, f"this is not a regular file; expected a {_kind_name(kind)} file name")
         if not _same_kind_file(path, kind, header):
-            what = f"a CSV with the header '{header}'" if kind == "csv" else f"a {kind.upper()} file"
+            what = f"a CSV with the header '{header}'" if kind == "csv" else f"a {_kind_name(kind)} file"
             raise _refuse(flag, text, f"an existing file that is not {what} fleetplan wrote; fleetplan replaces only "
                                       "its own output — choose a new file name")
         _probe_writable(path.parent, flag, text)
@@ -198,7 +206,7 @@ def temp_sibling(target: Path, folder: bool) -> Path:
     prefix = f".{target.name}{TEMP_TAG}{os.getpid()}-"
     if folder:
         return Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent))
-    fd, name = tempfile.mkstemp(prefix=prefix, dir=target.parent)
+    fd, name = tempfile.mkstemp(prefix=prefix, suffix=target.suffix, dir=target.parent)  # the suffix: its format
     os.close(fd)
     return Path(name)
 
@@ -252,19 +260,78 @@ def write_bytes_atomic(target: Path, data: bytes) -> None:
         tmp.write_bytes(data)
 
 
+RENAME_ATTEMPTS = 100  # concurrent writers of one folder: each pass of the loop lets one of them win
+
+
 def replace_folder(new: Path, target: Path) -> None:
     """Move the finished folder ``new`` onto ``target``: the old one is renamed away first
-    and removed once the new one is in place."""
-    if target.exists():
-        old = temp_sibling(target, folder=True)
-        os.rename(target, old / "previous")
-        os.rename(new, target)
+    and removed once the new one is in place. Ctrl-C and SIGTERM wait for both renames
+    (`signals_deferred`), so an interrupt leaves the old folder or the new one, never
+    neither. Another writer swapping its own folder in at the same moment makes this one
+    try again; the last to rename wins, and each writer's folder is whole."""
+    old = temp_sibling(target, folder=True)
+    try:
+        with signals_deferred():
+            for attempt in range(RENAME_ATTEMPTS):
+                try:
+                    os.rename(target, old / f"previous-{attempt}")
+                except FileNotFoundError:
+                    pass  # nothing there yet, or another writer has just moved its old folder away
+                try:
+                    os.rename(new, target)
+                    return
+                except OSError as exc:  # another writer's folder landed in between
+                    if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                        raise
+            raise OSError(errno.EBUSY, f"{target} kept changing under {RENAME_ATTEMPTS} other writes")
+    finally:
         shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(new, target)
+
+
+@contextmanager
+def atomic_files(targets: list[Path | None]):
+    """Yield a temporary path beside each target (None stays None); on success all replace
+    their targets together — Ctrl-C and SIGTERM wait until the last rename, so a command
+    with several outputs leaves all of them or none new — on any failure all are removed."""
+    temps = [temp_sibling(t, folder=False) if t is not None else None for t in targets]
+    try:
+        yield temps
+        with signals_deferred():
+            for tmp, target in zip(temps, targets):
+                if tmp is not None:
+                    os.chmod(tmp, 0o644)  # a temporary file is private; the output is not
+                    os.replace(tmp, target)
+    except BaseException:
+        for tmp in temps:
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)
+        raise
 
 
 # ---------------------------------------------------------------------------- signals
+
+DEFERRED = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def signals_deferred():
+    """Hold Ctrl-C and SIGTERM while the block runs (the renames that put an output in
+    place): one that arrives meanwhile is noted, and sent again once the block is done, to
+    the handler it would have met. (Masking the signal would not do: Python runs its
+    handlers in the main thread whichever thread the signal reaches, and libraries start
+    threads of their own.) Outside the main thread, where no handler runs, nothing to do."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {sig: signal.signal(sig, lambda sig, frame: caught.append(sig)) for sig in DEFERRED}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
+        for sig in caught:
+            os.kill(os.getpid(), sig)
 
 
 class Terminated(KeyboardInterrupt):

@@ -42,7 +42,7 @@ def _fill(inst: Instance, pools: list[Pool], total: float, room: dict) -> dict[i
         take = min(left, capacity_rps(p, n_max))
         if take > 1e-12:
             out[p.id] = take
-            room[p.gpu] -= replicas_for(p, p.peak_to_mean * take) * p.gpus
+            room[p.gpu] -= replicas_for(p, take) * p.gpus
             left -= take
     return out if left <= 1e-9 * max(total, 1.0) else None
 
@@ -58,7 +58,7 @@ def rebalance(inst: Instance, flows: dict[tuple[int, int], float]) -> dict[tuple
         used: dict[str, int] = defaultdict(int)
         for key in keys:
             p = inst.pools[key[0]]
-            used[p.gpu] += replicas_for(p, p.peak_to_mean * flows[key]) * p.gpus
+            used[p.gpu] += replicas_for(p, flows[key]) * p.gpus
         if all(used[g] <= limits[(site, g)] for g in used):
             continue
         room = {g: limits[(site, g)] for s, g in inst.site_gpus if s == site}

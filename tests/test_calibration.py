@@ -25,7 +25,7 @@ from optimizer.scenario import Serving, load_scenario
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 EXAMPLE = DATA / "calibration" / "example_h100.csv"
-HEADER = "kind,model,accelerator,tp,batch,prompt_tokens,context_tokens,latency_ms\n"
+HEADER = "kind,model,accelerator,tp,batch,prompt_tokens,context_tokens,latency_ms,weight_dtype\n"
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -127,14 +127,14 @@ def test_vendors_differ_in_the_shipped_defaults():
 
 
 @pytest.mark.parametrize("row, field", [
-    ("flop,llama-3.1-8b,h100-sxm,1,1,512,0,10", "kind"),
-    ("prefill,llama-3.1-8b,h100-sxm,1,1,512,0,-3", "latency_ms"),
-    ("decode,llama-3.1-8b,h100-sxm,1,4,,,5", "context_tokens"),
-    ("prefill,llama-3.1-8b,h100-sxm,1.5,1,512,0,10", "tp"),
-    ("prefill,llama-3.1-8b,h100-sxm,1,1,many,0,10", "prompt_tokens"),
+    ("flop,llama-3.1-8b,h100-sxm,1,1,512,0,10,bf16", "kind"),
+    ("prefill,llama-3.1-8b,h100-sxm,1,1,512,0,-3,bf16", "latency_ms"),
+    ("decode,llama-3.1-8b,h100-sxm,1,4,,,5,bf16", "context_tokens"),
+    ("prefill,llama-3.1-8b,h100-sxm,1.5,1,512,0,10,bf16", "tp"),
+    ("prefill,llama-3.1-8b,h100-sxm,1,1,many,0,10,bf16", "prompt_tokens"),
 ])
 def test_bad_rows_name_file_row_and_field(tmp_path, row, field):
-    path = write(tmp_path, "t.csv", HEADER + "prefill,llama-3.1-8b,h100-sxm,1,1,512,0,10\n" + row + "\n")
+    path = write(tmp_path, "t.csv", HEADER + "prefill,llama-3.1-8b,h100-sxm,1,1,512,0,10,bf16\n" + row + "\n")
     with pytest.raises(ScenarioError) as exc:
         read_benchmark_csv(path)
     assert exc.value.field == field
@@ -142,7 +142,7 @@ def test_bad_rows_name_file_row_and_field(tmp_path, row, field):
 
 
 def test_unknown_model_is_named(tmp_path):
-    path = write(tmp_path, "t.csv", HEADER + "prefill,llama-9,h100-sxm,1,1,512,0,10\n")
+    path = write(tmp_path, "t.csv", HEADER + "prefill,llama-9,h100-sxm,1,1,512,0,10,bf16\n")
     code = main(["calibrate", str(path), "--out", str(tmp_path / "c.json")])
     assert code == 2 and not (tmp_path / "c.json").exists()
 
@@ -166,7 +166,7 @@ def test_serving_json_needs_model_accelerator_and_tp(tmp_path):
     with pytest.raises(ScenarioError) as exc:
         read_serving_json(path)
     assert exc.value.field == "model"
-    write(tmp_path, "run.json.yaml", "model: llama-3.1-8b\naccelerator: h100-sxm\ntp: 1\n")
+    write(tmp_path, "run.json.yaml", "model: llama-3.1-8b\naccelerator: h100-sxm\ntp: 1\nweight_dtype: bf16\n")
     row = read_serving_json(path).iloc[0]
     assert (row["kind"], row["engine"], row["batch"], row["prompt_tokens"], row["output_tokens"]) == \
         ("e2e", "vllm", 32, 1024, 256)
@@ -229,7 +229,7 @@ def test_gpus_must_be_whole_replicas(tmp_path):
     path.write_text(MLPERF_LOG.read_text())
     with pytest.raises(ScenarioError) as exc:
         read_table(path, {"model": "llama-3.1-70b", "accelerator": "h100-sxm", "tp": 4, "gpus": 6,
-                          "prompt_tokens": 294, "output_tokens": 286})
+                          "prompt_tokens": 294, "output_tokens": 286, "weight_dtype": "fp8"})
     assert exc.value.field == "gpus"
 
 

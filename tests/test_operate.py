@@ -144,3 +144,20 @@ def test_operate_cli_writes_its_tables_and_exit_codes(planned, capsys, tmp_path)
     assert main(["operate", str(folder), "--noise-sigma", "5"]) == 2
     assert main(["operate", str(tmp_path)]) == 2
     assert "not a plan folder" in capsys.readouterr().err
+
+
+def test_whole_replicas_size_a_pool_for_its_peak_once(planned):
+    """`fleet.replicas_needed` takes mean load and sizes for peak-to-mean × it — once: a pool's
+    SLO capacity table at n replicas carries peak-sized load, and n is the smallest that does."""
+    from optimizer.curves.queueing import servers_needed
+    from optimizer.fleet import replicas_for
+
+    _, s, inst, sol = planned
+    checked = 0
+    for (pid, sid), y in sol.flows.items():
+        p = inst.pools[pid]
+        if p.table is not None and p.role == "prefill" and y > 1e-6:
+            assert p.peak_to_mean > 1  # us-east sizes for the busiest minutes
+            assert replicas_for(p, y) == servers_needed(p.peak_to_mean * y, p.table)
+            checked += 1
+    assert checked

@@ -74,6 +74,13 @@ def _truncate(name: str, fraction: float):
     return mutate
 
 
+def _repeat_last_row(name: str):
+    def mutate(d: Path):
+        lines = (d / name).read_text().splitlines(True)
+        (d / name).write_text("".join([*lines, lines[-1]]))
+    return mutate
+
+
 def _edit_json(name: str, edit):
     def mutate(d: Path):
         data = json.loads((d / name).read_text())
@@ -113,6 +120,8 @@ CASES = {
                          r"summary\.json, field 'versions'"),
     "a retyped calibration": (_edit_json("scenario.json", lambda d: d.update(calibration="h100.yaml")),
                               r"scenario\.json.*calibration"),
+    "a procurement row twice": (_repeat_last_row("procurement.csv"),  # the egress row: `report` crashed on it
+                                r"procurement\.csv, line \d+, field 'site'.*appears twice"),
 }
 
 

@@ -72,14 +72,14 @@ def test_negative_demand_in_a_workload(write_scenario):
     path = patched_chat(write_scenario, peak_requests_per_s_per_million_people=-1)
     err = error_of(path)
     assert_names(err, path, line_of(path, "peak_requests"), "peak_requests_per_s_per_million_people")
-    assert "greater than or equal to 0" in str(err) and "got -1" in str(err)
+    assert "expected 0 to 1,000,000 requests/s per million people" in str(err) and "got -1" in str(err)
 
 
 def test_ttft_of_zero(write_scenario):
     path = patched_chat(write_scenario, ttft_p99_ms=0)
     err = error_of(path)
     assert_names(err, path, line_of(path, "ttft_p99_ms:"), "ttft_p99_ms")
-    assert "greater than 0" in str(err)
+    assert "expected 5 to 86,400,000 ms" in str(err)
 
 
 def test_ttft_that_looks_like_seconds(write_scenario):
@@ -111,7 +111,7 @@ def test_site_with_no_power(write_scenario):
     path = write_scenario({**SMALL, "sites": {"ids": ["chicago", "ashburn"], "patch": {"chicago": {"power_mw": 0}}}})
     err = error_of(path)
     assert_names(err, path, line_of(path, "power_mw:"), "power_mw")
-    assert "sites 'chicago'" in str(err) and "greater than 0" in str(err)
+    assert "sites 'chicago'" in str(err) and "expected 0.01 to 10,000 MW" in str(err)
 
 
 def test_site_with_no_power_in_a_csv_names_the_row(write_scenario):
@@ -123,7 +123,7 @@ def test_site_with_no_power_in_a_csv_names_the_row(write_scenario):
     path = write_scenario({**SMALL, "sites": "sites.csv"}, {"sites.csv": sites})
     err = error_of(path)
     assert_names(err, path.parent / "sites.csv", 3, "power_mw")
-    assert "sites 'ashburn'" in str(err) and "greater than 0" in str(err)
+    assert "sites 'ashburn'" in str(err) and "expected 0.01 to 10,000 MW" in str(err)
 
 
 def test_accelerator_offered_without_a_price(write_scenario):
@@ -164,8 +164,10 @@ def test_day_type_shares_must_add_up_to_one(write_scenario):
 
 
 def test_hours_must_be_distinct_utc_hours(write_scenario):
-    err = error_of(write_scenario({**SMALL, "horizon": {"hours": [0, 6, 6, 24]}}))
+    err = error_of(write_scenario({**SMALL, "horizon": {"hours": [0, 6, 6]}}))
     assert "field 'hours'" in str(err) and "distinct UTC hours 0–23" in str(err)
+    err = error_of(write_scenario({**SMALL, "horizon": {"hours": [0, 6, 24]}}))
+    assert "field 'hours'" in str(err) and "expected each 0 to 23" in str(err)
 
 
 # ----------------------------------------------------------------------------- files
@@ -273,7 +275,7 @@ def test_negative_requests_in_a_demand_table_csv(write_scenario):
     path = write_scenario({**SMALL, "demand": {"table": "demand.csv"}}, {"demand.csv": text})
     err = error_of(path)
     assert_names(err, path.parent / "demand.csv", 3, "requests_per_s")
-    assert "greater than or equal to 0" in str(err) and "-3" in str(err)
+    assert "expected 0 to 1,000,000,000 requests/s" in str(err) and "-3" in str(err)
 
 
 def test_demand_table_with_an_unknown_metro(write_scenario):

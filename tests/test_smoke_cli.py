@@ -17,4 +17,4 @@ def test_validate_bad_file_exits_2(tmp_path, capsys):
     bad.write_text("name: x\nworkloads: {patch: {chat: {ttft_p99_ms: 0}}}\n")
     assert main(["validate", str(bad)]) == 2
     err = capsys.readouterr().err
-    assert "ttft_p99_ms" in err and "greater than 0" in err
+    assert "ttft_p99_ms" in err and "expected 5 to 86,400,000 ms" in err

@@ -37,7 +37,7 @@ import yaml
 from pydantic import ValidationError
 
 from optimizer.calibration.params import PARAMETERS, CalibrationPoint, ParameterSet, entry_from_row, shipped_rows
-from optimizer.errors import Origin, ScenarioError
+from optimizer.errors import RANGE_ERRORS, Origin, ScenarioError
 
 FORMAT_VERSION = 1
 
@@ -79,7 +79,8 @@ def read_calibration_record(path: str | Path) -> tuple[list[ParameterSet], str, 
             raise ScenarioError(f"expected a mapping of parameters, got {entry!r}", where, field=f"entries[{i}]")
         unknown = [k for k in entry if k not in ParameterSet.model_fields or k == "origin"]
         if unknown:
-            raise ScenarioError(f"unknown field; expected among {', '.join(('accelerator', 'engine', 'dtype', *PARAMETERS, 'spread'))}",
+            known = [k for k in ParameterSet.model_fields if k != "origin"]
+            raise ScenarioError(f"unknown field; expected among {', '.join(known)}",
                                 where, field=unknown[0])
         out.append(_checked(ParameterSet, dict(entry, origin=path.name), where))
     points = doc.get("points") or []
@@ -99,34 +100,45 @@ def _checked(model, value, where: Origin):
         return model(**value)
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise ScenarioError(err["msg"].removeprefix("Value error, ") + f"; got {err.get('input')!r}", where,
+        name = str(err["loc"][0]) if err["loc"] else ""
+        message = err["msg"].removeprefix("Value error, ")
+        if name in PARAMETERS:
+            low, high, _ = PARAMETERS[name]
+            accepted = f"{low:g} to {high:g}, the range a fit keeps to"
+            message = f"expected {accepted}" if err["type"] in RANGE_ERRORS else f"{message} (accepted: {accepted})"
+        raise ScenarioError(f"{message}; got {err.get('input')!r}", where,
                             field=".".join(str(p) for p in err["loc"])) from None
 
 
-def calibration_data(value, scenario_path: Path, line: int | None = None) -> dict:
-    """The ``calibration`` a resolved scenario records: the named file's parameter sets (if
-    any) ahead of the shipped defaults, plus the file's name and sha256."""
+def calibration_path(value, base: Path, where: Origin, field: str | None = None) -> Path:
+    """The calibration file ``value`` names (relative to ``base``), checked: a path, to a file.
+    Errors name ``where`` the name was given (a scenario's line, or a flag)."""
+    if not isinstance(value, str) or not value.strip():
+        raise ScenarioError(f"expected the path of a calibration file (fleetplan calibrate --out), got {value!r}",
+                            where, field=field)
+    path = (base / value).resolve()
+    if path.is_dir():
+        raise ScenarioError(f"{path} is a folder; expected a calibration file in it (the YAML or JSON file "
+                            "fleetplan calibrate --out wrote)", where, field=field)
+    if not path.is_file():
+        raise ScenarioError(f"no calibration file at {path}", where, field=field)
+    return path
+
+
+def calibration_data(value, base: Path, where: Origin, field: str | None = None) -> dict:
+    """The ``calibration`` a resolved scenario records: the file ``value`` names (relative to
+    ``base``; errors name ``where`` and ``field``), if any, ahead of the shipped defaults,
+    plus the file's name and sha256."""
     entries: list[dict] = []
     file = sha = None
     record: dict = {}
     if value is not None:
-        if not isinstance(value, str) or not value.strip():
-            raise ScenarioError(f"expected the path of a calibration file (fleetplan calibrate --out), got {value!r}",
-                                Origin(str(scenario_path), line), field="calibration")
-        path = (scenario_path.parent / value).resolve()
-        if not path.is_file():
-            raise ScenarioError(f"no calibration file at {path}", Origin(str(scenario_path), line), field="calibration")
+        path = calibration_path(value, base, where, field)
         sets, sha, record = read_calibration_record(path)
         entries = [e.model_dump() for e in sets]
         file = str(path)
     entries += [entry_from_row(row).model_dump() for row in shipped_rows()]
     return {"file": file, "sha256": sha, "entries": entries, **record}
-
-
-def attach(raw, path: str | Path) -> None:
-    """Put the calibration file ``path`` (relative to the working directory) into a resolved
-    raw scenario in place of the one it named (`--calibration FILE`)."""
-    raw.data["calibration"] = calibration_data(str(Path(path).resolve()), Path.cwd() / "cli")
 
 
 def write_calibration(path: str | Path, entries: list[ParameterSet], inputs: list[dict], residuals: dict,

@@ -6,12 +6,14 @@ the fit minimises Σ ρ(ln f_i(θ) − ln y_i) with ρ scipy's ``soft_l1`` loss 
 (quadratic below, linear above: a few bad rows cannot drag the rest), θ within the bounds of
 `params.PARAMETERS`. Relative (log) residuals weigh a 3 ms step and a 3 s prefill alike.
 
-Only parameters the rows can inform move; the others keep their starting value (the shipped
-default for that accelerator, else the neutral value):
-tensor-parallel ones need rows with tp > 1, ``moe_load_factor`` MoE rows, ``decode_mfu``
-decode rows, ``prefill_*`` prefill rows, ``attention_factor`` rows with context.
-``pcie_p2p_gpus`` (a whole number) is chosen by trying each tensor-parallel degree of the
-rows in turn, for parts without a scale-up fabric only, keeping the lowest cost.
+Only parameters the rows identify move (`optimizer.calibration.identify`: rows of the kind
+that informs them, an effect on some prediction, an effect the others do not already make,
+and never more parameters than rows); the others keep their starting value (the shipped
+default for that accelerator, else the neutral value), each with the reason. ``pcie_p2p_gpus``
+(a whole number) is chosen by trying each tensor-parallel degree of the rows in turn, for
+parts without a scale-up fabric with rows at two degrees or more, keeping the lowest cost.
+A fitted parameter that ends at a bound of its range, and a group with no more rows than
+fitted parameters (whose residuals say nothing of the error), are reported as warnings.
 
 Held-out split: a seeded random ``holdout`` share of each group's rows per kind is left out
 of the fit and scored with the fitted parameters. Error of a point: |f/y − 1|.
@@ -25,8 +27,11 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
+from optimizer.calibration.identify import identify
 from optimizer.calibration.model import Catalogue, measured_ms, predict_ms, serving_with, shipped_catalogue
 from optimizer.calibration.params import KINDS, PARAMETERS, ParameterSet, Spread, shipped_calibration
+from optimizer.calibration.tables import STATED
+from optimizer.errors import Origin, ScenarioError
 
 LOSS_SCALE = 0.05
 FIT_KEY = ["accelerator", "engine", "weight_dtype"]
@@ -44,11 +49,20 @@ class GroupFit:
     train: pd.DataFrame  # rows with 'predicted_ms', 'measured_ms', 'error'
     holdout: pd.DataFrame
     cost: float = 0.0
+    kept: dict[str, str] = field(default_factory=dict)  # parameter → why it keeps its starting value
+    short: list[str] = field(default_factory=list)  # kept for want of rows, though the rows' kinds inform them
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.accelerator}/{self.engine}/{self.dtype}"
 
     def entry(self, source: str | None = None, as_of: str | None = None) -> ParameterSet:
+        # residuals of no more rows than fitted parameters are zero by construction: no spread
+        spread = spread_by_kind(self.train) if len(self.train) > len(self.fitted) else {}
         return ParameterSet(accelerator=self.accelerator, engine=self.engine, dtype=self.dtype,
-                            **{k: float(v) for k, v in self.parameters.items()},
-                            spread=spread_by_kind(self.train), source=source, as_of=as_of)
+                            **{k: float(v) for k, v in self.parameters.items()}, spread=spread, source=source,
+                            as_of=as_of, fitted=self.fitted, kept=self.kept, provenance=provenance(self.train))
 
 
 @dataclass
@@ -60,23 +74,11 @@ class CalibrationResult:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def informed(rows: pd.DataFrame, catalogue: Catalogue) -> list[str]:
-    """The parameters ``rows`` can inform (see the module docstring)."""
-    kinds = set(rows["kind"])
-    names = []
-    if "prefill" in kinds:
-        names += ["prefill_mfu", "prefill_half_tokens"]
-    if kinds & {"decode", "e2e"}:
-        names += ["decode_mbu", "decode_mfu", "roofline_sharpness"]
-    names += ["step_overhead_ms", "layer_overhead_us"]
-    if (rows["tp"] > 1).any():
-        names += ["collective_latency_us", "link_efficiency", "bulk_extra_latency_us", "small_link_share"]
-    context = rows["context_tokens"].fillna(0).to_numpy(float) + rows["prompt_tokens"].fillna(0).to_numpy(float)
-    if (context >= 2048).any():
-        names.append("attention_factor")
-    if any(catalogue.models[m].experts for m in set(rows["model"])):
-        names.append("moe_load_factor")
-    return [n for n in PARAMETERS if n in names]
+def provenance(rows: pd.DataFrame) -> dict[str, str]:
+    """Where the group's precision, KV precision, engine and version came from
+    (`tables.STATED`), each distinct source once."""
+    return {name: "; ".join(dict.fromkeys(str(v) for v in rows[f"{name}_from"].dropna()))
+            for name in STATED if f"{name}_from" in rows}
 
 
 def _residuals(values: np.ndarray, names: list[str], fixed: dict, rows: pd.DataFrame, measured: np.ndarray,
@@ -103,6 +105,8 @@ def split_holdout(rows: pd.DataFrame, fraction: float, seed: int) -> np.ndarray:
 def _least_squares(names: list[str], fixed: dict, rows: pd.DataFrame, measured: np.ndarray,
                    catalogue: Catalogue) -> tuple[dict, float]:
     """Robust bounded fit of ``names`` (the others at ``fixed``) → (parameters, cost)."""
+    if not names:
+        return dict(fixed), float(0.5 * np.sum(_residuals(np.array([]), [], fixed, rows, measured, catalogue) ** 2))
     x0 = np.array([fixed[n] for n in names])
     lower = np.array([PARAMETERS[n][0] for n in names])
     upper = np.array([PARAMETERS[n][1] for n in names])
@@ -114,12 +118,12 @@ def _least_squares(names: list[str], fixed: dict, rows: pd.DataFrame, measured: 
 
 
 def p2p_candidates(rows: pd.DataFrame, catalogue: Catalogue) -> list[int]:
-    """Values of ``pcie_p2p_gpus`` to try: the rows' tensor-parallel degrees on a part without
-    a scale-up fabric (where it changes the prediction), else none."""
+    """Values of ``pcie_p2p_gpus`` to try: the rows' tensor-parallel degrees, on a part
+    without a scale-up fabric (where it changes the prediction) with rows at two degrees or
+    more (one degree cannot tell them apart); else none."""
     accelerator = catalogue.accelerators[rows["accelerator"].iloc[0]]
-    if accelerator.scaleup_domain_gpus > 1:
-        return []
-    return sorted({int(tp) for tp in rows["tp"]})
+    degrees = sorted({int(tp) for tp in rows["tp"]})
+    return degrees if accelerator.scaleup_domain_gpus == 1 and len(degrees) > 1 else []
 
 
 def fit_group(rows: pd.DataFrame, start: ParameterSet, holdout: float = 0.2, seed: int = 0,
@@ -129,19 +133,62 @@ def fit_group(rows: pd.DataFrame, start: ParameterSet, holdout: float = 0.2, see
     rows = rows.reset_index(drop=True)
     measured = measured_ms(rows)
     usable = np.isfinite(predict_ms(rows, serving_with(start.values()), catalogue))
+    if not usable.any():
+        first = rows.iloc[0]
+        raise ScenarioError(f"no row of {first['accelerator']}/{first['engine']}/{first['weight_dtype']} can be "
+                            f"predicted: {first['model']}'s weights do not fit its replicas as the planner sizes them",
+                            Origin(first["file"], first["row"]), field="model")
     rows, measured = rows[usable].reset_index(drop=True), measured[usable]
     test = split_holdout(rows, holdout, seed)
     train_rows, train_y = rows[~test].reset_index(drop=True), measured[~test]
-    names = informed(train_rows, catalogue)
     fixed = start.values()
-    fits = [_least_squares(names, {**fixed, "pcie_p2p_gpus": p2p}, train_rows, train_y, catalogue)
-            for p2p in p2p_candidates(train_rows, catalogue) or [fixed["pcie_p2p_gpus"]]]
+    found = identify(train_rows, fixed, lambda p: np.log(predict_ms(train_rows, serving_with(p), catalogue) / train_y),
+                     catalogue)
+    if not found.fitted:
+        raise ScenarioError(f"cannot fit {start.key}: its {len(train_rows)} point(s) identify no parameter ("
+                            + "; ".join(f"{n}: {why}" for n, why in list(found.kept.items())[:3]) + ")",
+                            Origin(train_rows["file"].iloc[0]))
+    degrees = p2p_candidates(train_rows, catalogue)
+    if not degrees:
+        found.kept["pcie_p2p_gpus"] = "a part with a scale-up fabric, or rows at one tensor-parallel degree"
+    fits = [_least_squares(found.fitted, {**fixed, "pcie_p2p_gpus": p2p}, train_rows, train_y, catalogue)
+            for p2p in degrees or [fixed["pcie_p2p_gpus"]]]
     params, cost = min(fits, key=lambda fit: fit[1])
     serving = serving_with(params)
     key = rows.iloc[0]
-    return GroupFit(key["accelerator"], key["engine"], key["weight_dtype"], params, names,
-                    _scored(train_rows, train_y, serving, catalogue),
-                    _scored(rows[test].reset_index(drop=True), measured[test], serving, catalogue), cost)
+    kept = {name: f"{why}; kept at {start.key} ({start.origin})" for name, why in found.kept.items()}
+    group = GroupFit(key["accelerator"], key["engine"], key["weight_dtype"], params,
+                     found.fitted + (["pcie_p2p_gpus"] if degrees else []),
+                     _scored(train_rows, train_y, serving, catalogue),
+                     _scored(rows[test].reset_index(drop=True), measured[test], serving, catalogue), cost, kept,
+                     found.short)
+    group.warnings = _warnings(group)
+    return group
+
+
+def _warnings(group: GroupFit) -> list[str]:
+    """What the fit could not do, with the counts: parameters its rows do not identify, no
+    residual left to measure its error by, a parameter pressed against its bound."""
+    out = []
+    points, fitted, short = len(group.train), len(group.fitted), len(group.short)
+    rows = f"{points} point{'s' * (points != 1)} (" + ", ".join(
+        f"{n} {kind}" for kind, n in group.train["kind"].value_counts().sort_index().items()) + ")"
+    one = points == 1
+    if short:
+        out.append(f"{group.key}: {rows} identif{'ies' if one else 'y'} {fitted} of the {fitted + short} parameters "
+                   f"rows of these kinds inform; kept at their starting values: {', '.join(group.short)}")
+    if points <= fitted:
+        out.append(f"{group.key}: {rows} for {fitted} fitted parameter{'s' * (fitted != 1)} leave{'s' * one} no "
+                   "residual: no error band is recorded")
+    for name in group.fitted:  # (a cost fitted to 0 is a cost the rows do not show, not a limit reached)
+        low, high, _ = PARAMETERS[name]
+        value = group.parameters[name]
+        bound = next((b for b in (low, high) if abs(value - b) <= 1e-6 * (high - low) and b != 0), None)
+        if bound is not None:
+            out.append(f"{group.key}: {name} ended at the {'upper' if bound == high else 'lower'} end of its physical "
+                       f"range ({bound:g}): the rows ask for more — check the accelerator, the precision and the "
+                       "latency's unit")
+    return out
 
 
 def _scored(rows: pd.DataFrame, measured: np.ndarray, serving, catalogue: Catalogue) -> pd.DataFrame:

@@ -51,11 +51,18 @@ class Spread(BaseModel):
     """Residual spread of one kind of point: |predicted / measured − 1| statistics and the
     signed median of ln(predicted / measured) (its bias), over ``points`` points."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    points: int = Field(ge=0)
-    median_abs_error: float = Field(ge=0)
-    p90_abs_error: float = Field(ge=0)
-    median_log_ratio: float = 0.0
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    points: int = Field(ge=0, le=10_000_000)
+    median_abs_error: float = Field(ge=0, le=100, description="accepted: 0 to 100 (a prediction 100× off)")
+    p90_abs_error: float = Field(ge=0, le=100, description="accepted: 0 to 100 (a prediction 100× off)")
+    median_log_ratio: float = Field(0.0, ge=-10, le=10, description="accepted: -10 to 10 (e^10 ≈ 22,000×)")
+
+
+def _parameter(name: str):
+    """A parameter of a set, within the range a fit keeps to (a calibration file is input
+    too: a step overhead of 1e308 ms must stop where it is read)."""
+    low, high, neutral = PARAMETERS[name]
+    return Field(neutral, ge=low, le=high, description=f"accepted: {low:g} to {high:g}")
 
 
 class ParameterSet(BaseModel):
@@ -82,28 +89,33 @@ class ParameterSet(BaseModel):
     roofline_sharpness     q of the smooth maximum of memory and compute time
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     accelerator: str = "*"
     engine: str = "*"
     dtype: str = "*"
-    prefill_mfu: float = Field(PARAMETERS["prefill_mfu"][2], gt=0, le=1)
-    prefill_half_tokens: float = Field(PARAMETERS["prefill_half_tokens"][2], ge=0)
-    decode_mbu: float = Field(PARAMETERS["decode_mbu"][2], gt=0, le=1)
-    decode_mfu: float = Field(PARAMETERS["decode_mfu"][2], gt=0, le=1)
-    step_overhead_ms: float = Field(PARAMETERS["step_overhead_ms"][2], ge=0)
-    layer_overhead_us: float = Field(PARAMETERS["layer_overhead_us"][2], ge=0)
-    collective_latency_us: float = Field(PARAMETERS["collective_latency_us"][2], ge=0)
-    link_efficiency: float = Field(PARAMETERS["link_efficiency"][2], gt=0, le=1)
-    bulk_extra_latency_us: float = Field(PARAMETERS["bulk_extra_latency_us"][2], ge=0)
-    small_link_share: float = Field(PARAMETERS["small_link_share"][2], gt=0, le=1)
-    pcie_p2p_gpus: int = Field(PARAMETERS["pcie_p2p_gpus"][2], ge=1)
-    attention_factor: float = Field(PARAMETERS["attention_factor"][2], gt=0)
-    moe_load_factor: float = Field(PARAMETERS["moe_load_factor"][2], ge=1)
-    roofline_sharpness: float = Field(PARAMETERS["roofline_sharpness"][2], ge=1)
+    prefill_mfu: float = _parameter("prefill_mfu")
+    prefill_half_tokens: float = _parameter("prefill_half_tokens")
+    decode_mbu: float = _parameter("decode_mbu")
+    decode_mfu: float = _parameter("decode_mfu")
+    step_overhead_ms: float = _parameter("step_overhead_ms")
+    layer_overhead_us: float = _parameter("layer_overhead_us")
+    collective_latency_us: float = _parameter("collective_latency_us")
+    link_efficiency: float = _parameter("link_efficiency")
+    bulk_extra_latency_us: float = _parameter("bulk_extra_latency_us")
+    small_link_share: float = _parameter("small_link_share")
+    pcie_p2p_gpus: int = _parameter("pcie_p2p_gpus")
+    attention_factor: float = _parameter("attention_factor")
+    moe_load_factor: float = _parameter("moe_load_factor")
+    roofline_sharpness: float = _parameter("roofline_sharpness")
     spread: dict[str, Spread] = Field(default_factory=dict, description="residual spread per kind of point")
     origin: str = Field("shipped", description="'shipped' or the calibration file it came from")
     source: str | None = None
     as_of: str | None = None
+    fitted: list[str] = Field(default_factory=list, description="the parameters its rows identified and moved")
+    kept: dict[str, str] = Field(default_factory=dict,
+                                 description="the parameters kept at their starting values, and why")
+    provenance: dict[str, str] = Field(default_factory=dict,
+                                       description="where its rows' weight_dtype, kv_dtype, engine and version came from")
 
     def values(self) -> dict[str, float]:
         return {name: getattr(self, name) for name in PARAMETERS}
@@ -127,7 +139,7 @@ class CalibrationPoint(BaseModel):
     ("held-out"), with the latency its parameters predict — what the report's
     predicted-vs-measured plot and residual table are drawn from."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     table: str
     kind: Literal[KINDS]
     split: Literal["fit", "held-out"]
@@ -135,16 +147,16 @@ class CalibrationPoint(BaseModel):
     engine: str = "*"
     dtype: str = "*"
     model: str = ""
-    tp: int = Field(1, ge=1)
-    measured_ms: float = Field(gt=0)
-    predicted_ms: float = Field(gt=0)
+    tp: int = Field(1, ge=1, le=1024)
+    measured_ms: float = Field(gt=0, le=86_400_000)
+    predicted_ms: float = Field(gt=0, le=86_400_000)
 
 
 class Calibration(BaseModel):
     """Parameter sets in precedence order (a calibration file's, then the shipped ones); with
     a file, its measured points and residual table too."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     entries: list[ParameterSet] = Field(default_factory=list)
     file: str | None = Field(None, description="the calibration file a scenario named, if any")
     sha256: str | None = Field(None, description="sha256 of that file's content")

@@ -10,8 +10,9 @@ import pandas as pd
 from optimizer.calibration.files import write_calibration
 from optimizer.calibration.fit import CalibrationResult, calibrate, residual_table
 from optimizer.calibration.model import check_ids, shipped_catalogue
-from optimizer.calibration.params import PARAMETERS, CalibrationPoint
+from optimizer.calibration.params import CalibrationPoint
 from optimizer.calibration.tables import read_tables, table_digest
+from optimizer.outputs import atomic_files, save_png
 
 
 def _stats(scored: pd.DataFrame, by: list[str]) -> list[dict]:
@@ -25,23 +26,28 @@ def per_kind(result: CalibrationResult, split: str) -> dict:
             for row in _stats(result.rows(split), ["kind"])}
 
 
-def run(paths: list[str], out: str, holdout: float = 0.2, seed: int = 0, context: dict | None = None,
-        plot: str | None = None) -> dict:
-    """Read, fit, write the calibration file (and plot); return what `--json` prints."""
+def run(paths: list[str], out: Path, holdout: float = 0.2, seed: int = 0, context: dict | None = None,
+        plot: Path | None = None) -> dict:
+    """Read, fit, write the calibration file (and plot) — both at once, or neither
+    (`optimizer.outputs.atomic_files`); return what `--json` prints. ``out`` and ``plot``
+    are targets already checked (`optimizer.outputs.file_target`)."""
     table = read_tables(paths, context)
     check_ids(table, shipped_catalogue())
     table["table"] = [Path(f).name for f in table["file"]]
     result = calibrate(table, holdout=holdout, seed=seed)
     entries = [g.entry(source="fleetplan calibrate: " + ", ".join(sorted(set(g.train["table"])))) for g in result.groups]
     residuals = {split: _stats(result.rows(split), ["table", "kind"]) for split in ("train", "holdout")}
-    write_calibration(out, entries, table_digest(paths), {"fit": residuals["train"], "holdout": residuals["holdout"]},
-                      points(result))
-    if plot:
-        write_plot(result, Path(plot))
+    with atomic_files([out, plot]) as (calibration_tmp, plot_tmp):
+        write_calibration(calibration_tmp, entries, table_digest(paths),
+                          {"fit": residuals["train"], "holdout": residuals["holdout"]}, points(result))
+        if plot_tmp is not None:
+            write_plot(result, plot_tmp)
     return {
         "calibration_file": str(out),
         "parameters": [{"accelerator": e.accelerator, "engine": e.engine, "dtype": e.dtype, **e.values(),
-                        "fitted": g.fitted} for e, g in zip(entries, result.groups)],
+                        "fitted": e.fitted, "kept": e.kept, "provenance": e.provenance}
+                       for e in entries],
+        "warnings": [w for g in result.groups for w in g.warnings],
         "fit": per_kind(result, "train"),
         "holdout": per_kind(result, "holdout"),
         "residuals": residuals,
@@ -65,8 +71,11 @@ def text(summary: dict) -> str:
     """The parameters and the residual table, for a terminal."""
     lines = [f"calibration written to {summary['calibration_file']}", "", "fitted parameters:"]
     for p in summary["parameters"]:
-        values = ", ".join(f"{name} {p[name] if abs(p[name]) >= 1e-6 else 0:.4g}" for name in PARAMETERS)
-        lines.append(f"  {p['accelerator']}/{p['engine']}/{p['dtype']}: {values}")
+        values = ", ".join(f"{name} {p[name] if abs(p[name]) >= 1e-6 else 0:.4g}" for name in p["fitted"])
+        lines.append(f"  {p['accelerator']}/{p['engine']}/{p['dtype']}: {values or 'none'}")
+        for name, why in p["kept"].items():
+            lines.append(f"    kept {name} {p[name] if abs(p[name]) >= 1e-6 else 0:.4g}: {why}")
+        lines += [f"    {name} from {where}" for name, where in p["provenance"].items()]
     lines += ["", "residuals |predicted / measured − 1| per table and kind:",
               f"  {'split':8s} {'table':32s} {'kind':8s} {'points':>6s} {'median':>7s} {'p90':>7s} {'median pred/meas':>17s}"]
     for split, label in (("train", "fit"), ("holdout", "held-out")):
@@ -108,8 +117,4 @@ def write_plot(result: CalibrationResult, path: Path) -> None:
     ax.set_title("fleetplan calibration: predicted vs measured")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
+    save_png(fig, path)

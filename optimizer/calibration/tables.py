@@ -22,8 +22,8 @@ context_tokens     decode    decode: mean context per sequence; prefill: tokens 
 latency_ms         pf/dec    prefill: the forward pass; decode: one step
 output_tokens      e2e       mean output tokens per request
 engine, version    no        serving engine (``trtllm``, ``vllm``, ``sglang``…) and version;
-                             empty engine reads as ``any``
-weight_dtype       no        ``bf16`` (default) | ``fp8``
+                             empty engine reads as ``any`` (the fit applies to every engine)
+weight_dtype       yes       ``bf16`` | ``fp8``: never assumed (2× in the fitted efficiencies)
 kv_dtype           no        default: the weight dtype
 ep, pp             no        expert / pipeline parallel degree (default 1)
 gpus               no        e2e: GPUs the throughput was measured on, a whole number of
@@ -45,13 +45,21 @@ vLLM's ``benchmark_serving.py`` / ``vllm bench serve --save-result`` and SGLang'
 run) give request counts, token totals, request rate, throughput and TTFT/ITL statistics but
 not the model id, accelerator or parallel degree: those come from ``context`` (command-line
 flags or a sidecar ``FILE.json.yaml``/``meta.yaml`` with ``model``, ``accelerator``, ``tp``
-and optionally ``engine``, ``version``, ``weight_dtype``).
+and optionally ``engine``, ``version``, ``weight_dtype``). The engine is read from the run's
+``backend`` where it names one (``openai`` is a protocol, not an engine), the weights'
+precision from its ``model_id`` where it names one (``…-FP8``); else it must be given.
 
 MLPerf Inference
 ----------------
 ``mlperf_log_summary.txt`` of a Server or Offline run (tokens/s and, for Server, TTFT/TPOT
 percentiles), as an e2e row with the context given as for the JSON files; the workload's
 mean prompt and output lengths (OpenOrca for Llama-2-70B: 294 / 286) come from the context.
+Inside a submission tree, the weights' precision comes from the measurements file the
+submission checker requires (``weight_data_types``), the engine and version from the system
+description's ``framework`` (`optimizer.calibration.stated`).
+
+Every row records where its precision, KV precision, engine and version came from
+(``weight_dtype_from`` …), and the calibration file keeps it per parameter set.
 """
 
 from __future__ import annotations
@@ -67,7 +75,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from optimizer.calibration.stated import PrecisionError, Stated, engine_of, mlperf_statements, one_precision
 from optimizer.errors import Origin, ScenarioError
+from optimizer.scenario.fields import range_text
 
 KINDS = ("prefill", "decode", "e2e")
 DTYPES = ("bf16", "fp8")
@@ -76,8 +86,23 @@ TEXT = ("kind", "model", "accelerator", "engine", "version", "weight_dtype", "kv
 NUMBERS = ("tp", "ep", "pp", "gpus", "batch", "prompt_tokens", "context_tokens", "output_tokens", "latency_ms",
            "request_rate", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "throughput_tokens_per_s")
 COLUMNS = REQUIRED + tuple(c for c in TEXT + NUMBERS if c not in REQUIRED)
+STATED = ("weight_dtype", "kv_dtype", "engine", "version")  # each row records where it found these: <name>_from
 CONTEXT_KEYS = ("model", "accelerator", "tp", "engine", "version", "weight_dtype", "kv_dtype", "ep", "pp", "gpus",
                 "prompt_tokens", "output_tokens", "source", "as_of")
+TOKENS_MAX = 10_000_000  # the longest context windows
+# The physical range of each numeric column, (lowest, highest, unit): a value outside it is a
+# unit slip or a corrupt row, not a measurement
+LIMITS = {
+    "tp": (1, 1024, "GPUs"), "ep": (1, 1024, "GPUs"), "pp": (1, 1024, "GPUs"), "gpus": (1, 100_000, "GPUs"),
+    "batch": (1, 1_000_000, "prompts or sequences"),
+    "prompt_tokens": (0, TOKENS_MAX, "tokens"), "context_tokens": (0, TOKENS_MAX, "tokens"),
+    "output_tokens": (0, TOKENS_MAX, "tokens"),
+    "latency_ms": (0.001, 3_600_000, "ms"),  # a microsecond kernel to an hour-long pass
+    "request_rate": (0.0001, 10_000_000, "requests/s (or inf for a closed loop)"),
+    "ttft_p50_ms": (0.001, 86_400_000, "ms"), "ttft_p99_ms": (0.001, 86_400_000, "ms"),
+    "itl_p50_ms": (0.001, 60_000, "ms"), "itl_p99_ms": (0.001, 60_000, "ms"),
+    "throughput_tokens_per_s": (0.001, 1e9, "tokens/s"),
+}
 
 
 def _error(message: str, file: str, row: int | None, field: str | None) -> ScenarioError:
@@ -91,8 +116,9 @@ def _number(value, file: str, row: int, field: str) -> float:
         x = float(value)
     except (TypeError, ValueError):
         raise _error(f"expected a number, got {value!r}", file, row, field) from None
-    if math.isnan(x) or (math.isinf(x) and field != "request_rate"):
-        raise _error(f"expected a finite number, got {value!r}", file, row, field)
+    low, high, unit = LIMITS[field]
+    if not (low <= x <= high or (x == math.inf and field == "request_rate")):
+        raise _error(f"expected {range_text(ge=low, le=high, unit=unit)}; got {value!r}", file, row, field)
     return x
 
 
@@ -102,9 +128,11 @@ def _positive(x: float, file: str, row: int, field: str, what: str) -> None:
                      "for this kind of row", file, row, field)
 
 
-def check_row(values: dict, file: str, row: int) -> dict:
+def check_row(values: dict, file: str, row: int, sources: dict[str, str] | None = None) -> dict:
     """One raw row (strings or numbers) → typed values; a `ScenarioError` naming file, row and
-    field for anything missing, unknown or inconsistent."""
+    field for anything missing, unknown or inconsistent. ``sources``: where the reader found
+    each of `STATED` (recorded as ``<column>_from``); the weights' precision is required, never
+    assumed."""
     out = {c: None for c in COLUMNS}
     for name in TEXT:
         v = values.get(name)
@@ -117,12 +145,13 @@ def check_row(values: dict, file: str, row: int) -> dict:
             raise _error("missing (this column is required)", file, row, name)
     if out["kind"] not in KINDS:
         raise _error(f"expected one of {', '.join(KINDS)}, got {out['kind']!r}", file, row, "kind")
-    out["weight_dtype"] = out["weight_dtype"] or "bf16"
-    out["kv_dtype"] = out["kv_dtype"] or out["weight_dtype"]
+    if out["weight_dtype"] is None:
+        raise _error(f"missing: the row does not state the weights' precision, and fleetplan assumes none; expected "
+                     f"{' or '.join(DTYPES)}", file, row, "weight_dtype")
+    out.update(_provenance(out, sources or {}))
     for name in ("weight_dtype", "kv_dtype"):
         if out[name] not in DTYPES:
             raise _error(f"expected one of {', '.join(DTYPES)}, got {out[name]!r}", file, row, name)
-    out["engine"] = out["engine"] or "any"
     for name in ("tp", "ep", "pp"):
         if name != "tp" and math.isnan(out[name]):
             out[name] = 1.0
@@ -148,13 +177,21 @@ def check_row(values: dict, file: str, row: int) -> dict:
         _positive(out["output_tokens"], file, row, "output_tokens", "mean output tokens")
         _positive(out["itl_p50_ms"], file, row, "itl_p50_ms", "the median inter-token latency")
         _positive(out["throughput_tokens_per_s"], file, row, "throughput_tokens_per_s", "output tokens/s")
-    if not math.isnan(out["context_tokens"]) and out["context_tokens"] < 0:
-        raise _error(f"expected cached/context tokens ≥ 0, got {out['context_tokens']:g}", file, row, "context_tokens")
     return out
 
 
+NOT_STATED = {"weight_dtype": "not stated", "kv_dtype": "not stated: taken as the weights' precision",
+              "engine": "not stated: the fit applies to any engine", "version": "not stated"}
+
+
+def _provenance(out: dict, sources: dict[str, str]) -> dict:
+    """The KV precision and engine a row leaves empty, and where each of `STATED` came from."""
+    return {"kv_dtype": out["kv_dtype"] or out["weight_dtype"], "engine": out["engine"] or "any",
+            **{f"{k}_from": sources.get(k) or NOT_STATED[k] for k in STATED}}
+
+
 def _frame(rows: list[dict], files: list[str], lines: list[int]) -> pd.DataFrame:
-    table = pd.DataFrame(rows, columns=list(COLUMNS))
+    table = pd.DataFrame(rows, columns=[*COLUMNS, *(f"{k}_from" for k in STATED)])
     table["file"] = files
     table["row"] = lines
     return table
@@ -179,25 +216,30 @@ def read_benchmark_csv(path: str | Path) -> pd.DataFrame:
     rows, lines = [], []
     for i, values in enumerate(raw.to_dict("records")):
         line = i + 2  # header is line 1
-        rows.append(check_row(values, str(path), line))
+        given = {k: f"{path.name}, column {k}" for k in STATED if str(values.get(k) or "").strip()}
+        rows.append(check_row(values, str(path), line, given))
         lines.append(line)
     if not rows:
         raise _error("the table has no rows", str(path), None, None)
     return _frame(rows, [str(path)] * len(rows), lines)
 
 
-def _sidecar(path: Path) -> dict:
+def _sidecar(path: Path) -> tuple[dict, str | None]:
     for candidate in (path.with_name(path.name + ".yaml"), path.with_name("meta.yaml")):
         if candidate.is_file():
             doc = yaml.safe_load(candidate.read_text()) or {}
             if not isinstance(doc, dict):
                 raise _error("expected a mapping of model, accelerator, tp, …", str(candidate), 1, None)
-            return doc
-    return {}
+            return doc, candidate.name
+    return {}, None
 
 
-def _context(path: Path, context: dict | None, needed=("model", "accelerator", "tp")) -> dict:
-    merged = {**_sidecar(path), **{k: v for k, v in (context or {}).items() if v is not None}}
+def _context(path: Path, context: dict | None, needed=("model", "accelerator", "tp")) -> tuple[dict, dict[str, str]]:
+    """The context of a result file (flags over its sidecar), and where each value came from."""
+    sidecar, name = _sidecar(path)
+    flags = {k: v for k, v in (context or {}).items() if v is not None}
+    merged = {**sidecar, **flags}
+    sources = {k: (f"--{k.replace('_', '-')}" if k in flags else f"{name}: {k}") for k in merged}
     unknown = [k for k in merged if k not in CONTEXT_KEYS]
     if unknown:
         raise _error(f"unknown context key {unknown[0]!r}; expected some of {', '.join(CONTEXT_KEYS)}", str(path),
@@ -206,7 +248,35 @@ def _context(path: Path, context: dict | None, needed=("model", "accelerator", "
         if merged.get(key) in (None, ""):
             raise _error(f"the file does not say the {key}; give it with --{key.replace('_', '-')} or in a sidecar "
                          f"{path.name}.yaml", str(path), None, key)
-    return merged
+    return merged, sources
+
+
+def _stated(key: str, ctx: dict, given: dict, found: dict[str, Stated], path: Path, line) -> tuple:
+    """(value, source) of one of `STATED`: the context's, else what the file states; a
+    context that contradicts the file is refused."""
+    stated = found.get(key)
+    if ctx.get(key) not in (None, ""):
+        if key == "weight_dtype" and stated is not None and stated.value != ctx[key]:
+            raise _error(f"{given[key]} says {ctx[key]}, but {stated.source} says {stated.value}", str(path), line, key)
+        return ctx[key], given[key]
+    return (stated.value, stated.source) if stated else (None, None)
+
+
+def _precision(text, where: str, path: Path, line) -> dict[str, Stated]:
+    """{"weight_dtype": …} where ``text`` names one precision; a `ScenarioError` for one
+    fleetplan does not model."""
+    try:
+        stated = one_precision(text, where) if text else None
+    except PrecisionError as exc:
+        raise _error(str(exc), str(path), line, "weight_dtype") from None
+    return {"weight_dtype": stated} if stated else {}
+
+
+def _require_precision(value, path: Path, line, looked: str) -> None:
+    if value in (None, ""):
+        raise _error(f"the run does not state the weights' precision ({looked}), and fleetplan assumes none; give "
+                     f"--weight-dtype {'|'.join(DTYPES)} or weight_dtype in {path.name}.yaml", str(path), line,
+                     "weight_dtype")
 
 
 def _json_records(path: Path) -> list[tuple[int, dict]]:
@@ -238,7 +308,7 @@ def read_serving_json(path: str | Path, context: dict | None = None) -> pd.DataF
     path = Path(path)
     if not path.is_file():
         raise _error("no such file", str(path), None, None)
-    ctx = _context(path, context)
+    ctx, given = _context(path, context)
     rows, lines = [], []
     for line, rec in _json_records(path):
         if not isinstance(rec, dict):
@@ -249,11 +319,16 @@ def read_serving_json(path: str | Path, context: dict | None = None) -> pd.DataF
         for key in ("total_input_tokens", "total_output_tokens", "output_throughput", "median_itl_ms"):
             if rec.get(key) is None:
                 raise _error(f"missing '{key}'; is this a serving-benchmark result?", str(path), line, key)
-        engine = ctx.get("engine") or str(_get(rec, "backend") or "any").split("-")[0]
+        name = _get(rec, "model_id", "model")
+        found = _precision(name, "model_id", path, line)
+        if _get(rec, "backend") and (engine := engine_of(rec["backend"], "backend")):
+            found["engine"] = engine
+        stated = {k: _stated(k, ctx, given, found, path, line) for k in STATED}
+        _require_precision(stated["weight_dtype"][0], path, line, f"model_id {name!r} names none")
         values = {
-            **{k: ctx.get(k) for k in ("model", "accelerator", "tp", "ep", "pp", "gpus", "version", "weight_dtype",
-                                       "kv_dtype")},
-            "kind": "e2e", "engine": engine,
+            **{k: ctx.get(k) for k in ("model", "accelerator", "tp", "ep", "pp", "gpus")},
+            **{k: value for k, (value, _) in stated.items()},
+            "kind": "e2e",
             "batch": _get(rec, "max_concurrency"),
             "prompt_tokens": rec["total_input_tokens"] / completed,
             "output_tokens": rec["total_output_tokens"] / completed,
@@ -265,7 +340,7 @@ def read_serving_json(path: str | Path, context: dict | None = None) -> pd.DataF
         }
         if isinstance(values["request_rate"], str):
             values["request_rate"] = math.inf if values["request_rate"] == "inf" else values["request_rate"]
-        rows.append(check_row(values, str(path), line))
+        rows.append(check_row(values, str(path), line, {k: where for k, (_, where) in stated.items() if where}))
         lines.append(line)
     if not rows:
         raise _error("no benchmark runs in the file", str(path), None, None)
@@ -290,7 +365,7 @@ def read_mlperf_summary(path: str | Path, context: dict | None = None) -> pd.Dat
     path = Path(path)
     if not path.is_file():
         raise _error("no such file", str(path), None, None)
-    ctx = _context(path, context, ("model", "accelerator", "tp", "prompt_tokens", "output_tokens"))
+    ctx, given = _context(path, context, ("model", "accelerator", "tp", "prompt_tokens", "output_tokens"))
     text = path.read_text(errors="replace")
     found = {k: (m.group(1) if (m := rx.search(text)) else None) for k, rx in _MLPERF.items()}
     if found["valid"] != "VALID":
@@ -298,11 +373,18 @@ def read_mlperf_summary(path: str | Path, context: dict | None = None) -> pd.Dat
     if found["tpot_p50"] is None or found["tokens_per_s"] is None:
         raise _error("no 'time to output token' percentiles or tokens/s: only LLM Server runs carry the latencies "
                      "a fit needs", str(path), None, "time to output token")
+    try:
+        submission = mlperf_statements(path)
+    except PrecisionError as exc:
+        raise _error(str(exc), str(path), None, "weight_dtype") from None
+    stated = {k: _stated(k, ctx, given, submission, path, None) for k in STATED}
+    _require_precision(stated["weight_dtype"][0], path, None, "no measurements file with weight_data_types, and no "
+                       "precision in the system description")
     ns = 1e-6
     values = {
-        **{k: ctx.get(k) for k in ("model", "accelerator", "tp", "ep", "pp", "gpus", "version", "weight_dtype",
-                                   "kv_dtype", "prompt_tokens", "output_tokens")},
-        "kind": "e2e", "engine": ctx.get("engine") or "any", "batch": None, "request_rate": None,
+        **{k: ctx.get(k) for k in ("model", "accelerator", "tp", "ep", "pp", "gpus", "prompt_tokens", "output_tokens")},
+        **{k: value for k, (value, _) in stated.items()},
+        "kind": "e2e", "batch": None, "request_rate": None,
         "ttft_p50_ms": float(found["ttft_p50"]) * ns if found["ttft_p50"] else None,
         "ttft_p99_ms": float(found["ttft_p99"]) * ns if found["ttft_p99"] else None,
         "itl_p50_ms": float(found["tpot_p50"]) * ns,
@@ -310,7 +392,8 @@ def read_mlperf_summary(path: str | Path, context: dict | None = None) -> pd.Dat
         "throughput_tokens_per_s": float(found["tokens_per_s"]),
         "source": ctx.get("source") or f"MLPerf {path}", "as_of": ctx.get("as_of"),
     }
-    return _frame([check_row(values, str(path), None)], [str(path)], [None])
+    sources = {k: where for k, (_, where) in stated.items() if where}
+    return _frame([check_row(values, str(path), None, sources)], [str(path)], [None])
 
 
 def read_table(path: str | Path, context: dict | None = None) -> pd.DataFrame:

@@ -52,6 +52,7 @@ SUMMARY_OPTIONAL = {
     "cost_per_million_tokens_usd": (int, float), "goodput_tokens_per_s_avg": (int, float),
     "goodput_tokens_per_s_peak": (int, float), "tokens_per_s_per_mw": (int, float), "baseline_cost_usd": (int, float),
     "quality": (str,), "bounds": (list,), "gap_split": (dict,), "gap_history": (list,),
+    "baseline_cannot_serve": (dict,), "baseline_comparison": (dict,),
 }
 
 NOISE_RPS = 1e-6  # requests/s
@@ -207,6 +208,8 @@ def check_consistency(d: Path, s, tables: dict[str, pd.DataFrame]) -> None:
             key = list(zip(frame["period"], frame["day_type"], frame["hour"]))
             _first(frame, [k not in slices for k in key], path[name], "period",
                    "slice {period}/{day_type}/{hour} is not in the plan's horizon (scenario.json)")
+    _first(proc, proc.duplicated(["site", "gpu"]), path["procurement"], "site",
+           "{site}/{gpu} appears twice (one row per site and accelerator, and one for egress)")
     lost = pools["lost_site"].notna()
     _first(pools, lost & ~pools["lost_site"].isin(list(s.sites)), path["pools"], "lost_site",
            "'{lost_site}' is not a site of the plan's scenario")

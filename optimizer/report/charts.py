@@ -252,7 +252,12 @@ def cost_per_token(folder: PlanFolder) -> Chart:
     static, fig = bars(data, "workload", "usd_per_million_tokens", "measure",
                        Axes("Cost per million output tokens", ylabel="US$ per million output tokens", height_in=3.6),
                        hover="hover", stacked=False)
-    note = "" if folder.summary.get("baseline_cost_usd_by_workload") else (
-        "This plan folder does not record the baseline's cost by workload (planned by an older fleetplan); plan it "
-        "again to see it.")
+    cannot = folder.summary.get("baseline_cannot_serve") or {}
+    if cannot:
+        note = f"The hand-made baseline cannot serve {', '.join(cannot)}: it has no cost to compare there."
+    elif folder.summary.get("baseline_cost_usd_by_workload"):
+        note = ""
+    else:
+        note = ("This plan folder does not record the baseline's cost by workload (planned by an older fleetplan); "
+                "plan it again to see it.")
     return Chart(data.drop(columns="hover"), static, fig, note)

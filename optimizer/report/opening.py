@@ -127,10 +127,15 @@ def lead(folder: PlanFolder, commitment: pd.DataFrame, rented: pd.DataFrame) -> 
     total = f"All in, {f.usd(s['total_cost_usd'])} a year"
     if s.get("cost_per_million_tokens_usd") is not None:
         total += f", {f.usd(s['cost_per_million_tokens_usd'])} per million output tokens"
-    if s.get("savings_vs_baseline") is not None:
+    compared = s.get("baseline_comparison")
+    if s.get("savings_vs_baseline") is not None and compared:
+        partly = set(compared["workloads"]) != set(s.get("cost_usd_by_workload") or {})
         total += (f" — {f.pct(s['savings_vs_baseline'])} less than the hand-made baseline "
-                  f"({f.usd(s['baseline_cost_usd'])})")
+                  f"({f.usd(compared['baseline_cost_usd'])}" + (f" for {', '.join(compared['workloads'])}" if partly
+                                                                else "") + ")")
     parts.append(total + ".")
+    parts += [f"The hand-made baseline cannot serve {k}: {why}." for k, why in
+              (s.get("baseline_cannot_serve") or {}).items()]
     return " ".join(parts)
 
 
@@ -260,7 +265,9 @@ def cards(folder: PlanFolder, commitment: pd.DataFrame) -> str:
              ("card-commitment", f.usd(commitment["usd_per_month"].sum()), "a month committed"),
              ("card-token", f.usd(s.get("cost_per_million_tokens_usd")), "per million output tokens"),
              ("card-gpus", f.count(gpus), "GPUs at the peak hour"),
-             ("card-savings", f.pct(s.get("savings_vs_baseline")), "less than the hand-made baseline"),
+             ("card-savings", f.pct(s.get("savings_vs_baseline")),
+              "less than the hand-made baseline" if s.get("savings_vs_baseline") is not None or
+              not s.get("baseline_cannot_serve") else "saved: the hand-made baseline cannot serve it"),
              ("card-gap", f.pct(s.get("mip_gap")), "at most above the cheapest plan")]
     return '<div class="cards">' + "".join(
         f'<div class="card" id="{i}"><div class="value">{esc(v)}</div><div class="label">{esc(lbl)}</div></div>'

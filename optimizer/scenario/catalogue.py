@@ -8,42 +8,46 @@ from typing import Literal
 from pydantic import Field, create_model, field_validator, model_validator
 
 from optimizer.contracts import TERMS
-from optimizer.scenario.fields import Catalogued, fraction_check, latency_ms_check
+from optimizer.scenario.fields import Catalogued, bounded, fraction_before, latency_ms_check
 
 
 class Accelerator(Catalogued):
     id: str
     name: str
     vendor: str
-    bf16_dense_tflops: float = Field(gt=0, le=1e6)
-    fp8_dense_tflops: float | None = Field(None, gt=0, le=1e6, description="empty where FP8 is not supported")
-    hbm_gb: float = Field(gt=0, le=1e4)
-    hbm_tb_s: float = Field(gt=0, le=1e3)
-    tdp_w: float = Field(gt=0, le=1e5)
-    gpus_per_node: int = Field(gt=0, le=1024)
-    node_kw: float = Field(gt=0, le=1e4, description="maximum IT power of one node")
-    scaleup_domain_gpus: int = Field(gt=0, le=1e5)
-    scaleup_gb_s: float = Field(gt=0, le=1e6, description="scale-up bandwidth per GPU, both directions")
-    nic_gbps_per_gpu: float = Field(gt=0, le=1e6, description="scale-out NIC bandwidth per GPU, Gb/s")
+    bf16_dense_tflops: float = bounded(ge=1, le=100_000, unit="TFLOPS", why="a B200 is 2,250 dense")
+    fp8_dense_tflops: float | None = bounded(None, ge=1, le=100_000, unit="TFLOPS",
+                                             description="empty where FP8 is not supported", why="a B200 is 4,500 dense")
+    hbm_gb: float = bounded(ge=1, le=10_000, unit="GB", why="the largest parts carry 288 GB")
+    hbm_tb_s: float = bounded(ge=0.05, le=1000, unit="TB/s", why="HBM3e reaches 8 TB/s")
+    tdp_w: float = bounded(ge=10, le=100_000, unit="W", why="a B200 draws 1,000 W")
+    gpus_per_node: int = bounded(ge=1, le=1024, unit="GPUs")
+    node_kw: float = bounded(ge=0.05, le=10_000, unit="kW", description="maximum IT power of one node",
+                             why="a 72-GPU NVL72 rack draws ~120 kW")
+    scaleup_domain_gpus: int = bounded(ge=1, le=100_000, unit="GPUs", description="GPUs on one NVLink-class fabric")
+    scaleup_gb_s: float = bounded(ge=1, le=100_000, unit="GB/s", description="scale-up bandwidth per GPU, both directions",
+                                  why="NVLink 5 is 1,800 GB/s")
+    nic_gbps_per_gpu: float = bounded(ge=1, le=100_000, unit="Gb/s", description="scale-out NIC bandwidth per GPU",
+                                      why="today's NICs run at 400–800 Gb/s")
 
 
 class Model(Catalogued):
     id: str
     name: str
-    total_params_b: float = Field(gt=0, le=1e5)
-    active_params_b: float = Field(gt=0, le=1e5)
-    layers: int = Field(gt=0, le=1e4)
-    hidden: int = Field(gt=0, le=1e6)
-    heads: int = Field(gt=0, le=1e5)
-    kv_heads: int = Field(gt=0, le=1e5)
-    head_dim: int = Field(gt=0, le=1e5)
+    total_params_b: float = bounded(ge=0.001, le=100_000, unit="billion parameters")
+    active_params_b: float = bounded(ge=0.001, le=100_000, unit="billion parameters")
+    layers: int = bounded(ge=1, le=10_000)
+    hidden: int = bounded(ge=1, le=1_000_000)
+    heads: int = bounded(ge=1, le=100_000)
+    kv_heads: int = bounded(ge=1, le=100_000)
+    head_dim: int = bounded(ge=1, le=100_000)
     attention: Literal["gqa", "mla"] = "gqa"
-    kv_lora_rank: int | None = Field(None, gt=0, le=1e6)
-    qk_rope_head_dim: int | None = Field(None, gt=0, le=1e5)
-    experts: int | None = Field(None, gt=0, le=1e5)
-    experts_per_token: int | None = Field(None, gt=0)
-    vocab: int | None = Field(None, gt=0)
-    max_context: int = Field(gt=0, le=1e9)
+    kv_lora_rank: int | None = bounded(None, ge=1, le=1_000_000)
+    qk_rope_head_dim: int | None = bounded(None, ge=1, le=100_000)
+    experts: int | None = bounded(None, ge=1, le=100_000)
+    experts_per_token: int | None = bounded(None, ge=1, le=100_000)
+    vocab: int | None = bounded(None, ge=1, le=100_000_000, unit="tokens")
+    max_context: int = bounded(ge=1, le=1_000_000_000, unit="tokens")
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -61,13 +65,15 @@ class Model(Catalogued):
 class PriceBase(Catalogued):
     provider: str
     gpu: str
-    ondemand_usd_per_gpu_hour: float = Field(gt=0, le=1e4)
+    ondemand_usd_per_gpu_hour: float = bounded(ge=0.001, le=10_000, unit="US$/GPU-hour",
+                                               why="list prices run from ~$0.40 to ~$13")
 
 
 # one optional $/GPU-hour column per committed term priced by the catalogue (`optimizer.contracts`)
 Price = create_model(
     "Price", __base__=PriceBase, __doc__="Prices of one accelerator from one provider, $/GPU-hour.",
-    **{t.price_column: (float | None, Field(None, gt=0, le=1e4, description=f"{t.label}, $/GPU-hour"))
+    **{t.price_column: (float | None, bounded(None, ge=0.001, le=10_000, unit="US$/GPU-hour",
+                                             description=t.label, why="list prices run from ~$0.40 to ~$13"))
        for t in TERMS if t.price_column})
 
 
@@ -75,8 +81,8 @@ class Owned(Catalogued):
     """Hardware bought rather than rented: a node's capital and its depreciation life."""
 
     gpu: str
-    capex_usd_per_node: float = Field(gt=0, le=1e9)
-    life_years: float = Field(gt=0.1, le=100)
+    capex_usd_per_node: float = bounded(ge=100, le=1e9, unit="US$", why="an 8-GPU H100 node is ~$300,000")
+    life_years: float = bounded(ge=0.25, le=30, unit="years", why="hyperscalers depreciate servers over 4–6 years")
 
 
 class Place(Catalogued):
@@ -84,16 +90,16 @@ class Place(Catalogued):
 
     id: str
     name: str
-    lat: float = Field(ge=-90, le=90)
-    lon: float = Field(ge=-180, le=180)
+    lat: float = bounded(ge=-90, le=90, unit="degrees")
+    lon: float = bounded(ge=-180, le=180, unit="degrees")
 
 
 class Metro(Place):
     country: str | None = None
     continent: str | None = None
-    utc_offset_hours: float = Field(ge=-12, le=14)
-    population: float = Field(ge=0, le=1e10, description="people (at most 1e10: more than live on Earth)")
-    demand_weight: float | None = Field(None, ge=0, le=1e4, description="relative demand; default population in millions")
+    utc_offset_hours: float = bounded(ge=-12, le=14, unit="hours", why="the world's time zones")
+    population: float = bounded(ge=0, le=1e10, unit="people", why="more than live on Earth")
+    demand_weight: float | None = bounded(None, ge=0, le=1e4, description="relative demand; default population in millions")
 
     @property
     def weight(self) -> float:
@@ -103,11 +109,12 @@ class Metro(Place):
 class Site(Place):
     metro: str
     region: str = Field(description="fault domain")
-    power_mw: float = Field(gt=0, le=1e5, description="facility megawatts available to the fleet")
-    pue: float = Field(ge=1.0, le=3.0)
-    energy_usd_per_mwh: float = Field(ge=0, le=1e5)
-    colo_usd_per_kw_month: float = Field(ge=0, le=1e5)
-    price_multiplier: float = Field(1.0, gt=0, le=100)
+    power_mw: float = bounded(ge=0.01, le=10_000, unit="MW", description="facility megawatts available to the fleet",
+                              why="the largest campuses plan a few GW")
+    pue: float = bounded(ge=1.0, le=3.0, why="no facility uses less than its IT load; the average is ~1.56")
+    energy_usd_per_mwh: float = bounded(ge=0, le=10_000, unit="US$/MWh", why="market price caps are ~$5,000")
+    colo_usd_per_kw_month: float = bounded(ge=0, le=10_000, unit="US$/kW-month", why="primary markets ask $120–450")
+    price_multiplier: float = bounded(1.0, ge=0.01, le=100, description="this site's GPU prices × this")
 
 
 class Supply(Catalogued):
@@ -115,8 +122,8 @@ class Supply(Catalogued):
 
     site: str
     gpu: str
-    reserved_nodes_max: int = Field(ge=0, le=1e7)
-    ondemand_nodes_max: int = Field(ge=0, le=1e7)
+    reserved_nodes_max: int = bounded(ge=0, le=1_000_000, unit="nodes")
+    ondemand_nodes_max: int = bounded(ge=0, le=1_000_000, unit="nodes")
 
 
 class Workload(Catalogued):
@@ -127,33 +134,26 @@ class Workload(Catalogued):
     model: str
     weight_dtype: Literal["bf16", "fp8"] = "bf16"
     kv_dtype: Literal["bf16", "fp8"] = "bf16"
-    isl_mean_tokens: float = Field(gt=0)
-    isl_p99_tokens: float = Field(gt=0)
-    osl_mean_tokens: float = Field(gt=0)
-    osl_p99_tokens: float = Field(gt=0)
-    prompt_cache_hit_rate: float = 0.0
-    shared_prefix_tokens: float = Field(0.0, ge=0)
-    ttft_p99_ms: float = Field(gt=0, le=8.64e7, description="at most a day")
-    itl_p99_ms: float = Field(gt=0, le=6e4, description="at most a minute")
-    slo_attainment: float = Field(0.99, description="fraction of requests that must meet both objectives")
+    isl_mean_tokens: float = bounded(ge=1, le=10_000_000, unit="tokens", why="the longest context windows")
+    isl_p99_tokens: float = bounded(ge=1, le=10_000_000, unit="tokens", why="the longest context windows")
+    osl_mean_tokens: float = bounded(ge=1, le=10_000_000, unit="tokens", why="the longest context windows")
+    osl_p99_tokens: float = bounded(ge=1, le=10_000_000, unit="tokens", why="the longest context windows")
+    prompt_cache_hit_rate: float = bounded(0.0, ge=0, le=1, description="share of prompts that hit the shared prefix")
+    shared_prefix_tokens: float = bounded(0.0, ge=0, le=10_000_000, unit="tokens", why="the longest context windows")
+    ttft_p99_ms: float = bounded(ge=5, le=8.64e7, unit="ms", why="at most a day; less than 5 is seconds written as ms")
+    itl_p99_ms: float = bounded(ge=5, le=6e4, unit="ms", why="at most a minute; less than 5 is seconds written as ms")
+    slo_attainment: float = bounded(0.99, ge=0.5, lt=1, description="fraction of requests that must meet both objectives",
+                                    why="e.g. 0.99 for p99")
     diurnal_profile: str = "consumer"
-    peak_requests_per_s_per_million_people: float = Field(ge=0, le=1e6)
-    peak_to_mean_intra_hour: float | None = Field(
+    peak_requests_per_s_per_million_people: float = bounded(ge=0, le=1e6, unit="requests/s per million people")
+    peak_to_mean_intra_hour: float | None = bounded(
         None, ge=1, le=20,
         description="this workload's pools are sized for the hour's mean × this factor (burstiness within the "
                     "hour, e.g. the busiest minute over the hour's mean); default: demand.peak_to_mean_intra_hour")
     rationale: str | None = None
 
-    _frac = field_validator("prompt_cache_hit_rate")(lambda v: fraction_check(v, "prompt_cache_hit_rate"))
-    _ms = field_validator("ttft_p99_ms", "itl_p99_ms")(lambda v: latency_ms_check(v))
-
-    @field_validator("slo_attainment")
-    @classmethod
-    def _attainment(cls, v):
-        fraction_check(v, "slo_attainment")
-        if not 0.5 <= v < 1.0:
-            raise ValueError(f"expected a fraction in [0.5, 1), e.g. 0.99 for p99; got {v}")
-        return v
+    _frac = field_validator("prompt_cache_hit_rate", "slo_attainment", mode="before")(fraction_before)
+    _ms = field_validator("ttft_p99_ms", "itl_p99_ms", mode="before")(latency_ms_check)
 
     @model_validator(mode="after")
     def _lengths(self):

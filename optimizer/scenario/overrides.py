@@ -51,7 +51,7 @@ def set_path(raw: RawScenario, key: str, text: str, origin: Origin | None = None
     parts = key.split(".")
     head = parts[0]
     if parts == ["calibration"]:  # a calibration file (relative to the working directory), read whole
-        raw.data["calibration"] = calibration_data(text or None, Path.cwd() / "--set")
+        raw.data["calibration"] = calibration_data(text or None, Path.cwd(), origin)
         return
     node = raw.data
     # the model of the node the last part is set in (none at the top level: raw data's keys)

@@ -9,6 +9,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from datetime import date
+from functools import cache
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -60,8 +61,9 @@ class RawScenario:
         wanted = tuple(error.field.split("."))
         for item in reversed(self.overrides):
             path = tuple(item.partition("=")[0].split("."))
-            if len(path) > len(wanted) and path[-len(wanted):] == wanted and \
-                    self.origin(*path[:-len(wanted)]) == error.origin:
+            above = len(path) - len(wanted)  # the error names the row (or section), or the field's own line
+            if above > 0 and path[above:] == wanted and \
+                    error.origin in (self.origin(*path[:above]), self.origin(*path[:above + 1])):
                 flag = self.override_flags.get(item, "--set")
                 return ScenarioError(error.message, Origin(f"{flag} {shorten(item)}"))
         return error
@@ -347,7 +349,8 @@ def load_raw(path: str | Path | None = None) -> RawScenario:
             data["price_provider"] = provider
         data[name] = _key_rows(spec, rows, origins)
     data["diurnal"] = _read_diurnal(doc.get("diurnal"), yaml_path, catalogue, origins, warnings, _key_line(doc, "diurnal"))
-    data["calibration"] = calibration_data(doc.get("calibration"), yaml_path, _key_line(doc, "calibration"))
+    data["calibration"] = calibration_data(doc.get("calibration"), yaml_path.parent,
+                                           Origin(str(yaml_path), _key_line(doc, "calibration")), field="calibration")
 
     for name in SECTIONS:
         section = doc.get(name) or LineDict()
@@ -355,6 +358,8 @@ def load_raw(path: str | Path | None = None) -> RawScenario:
             raise ScenarioError(f"section '{name}' should be a mapping of fields, got {section!r}",
                                 Origin(str(yaml_path), _key_line(doc, name)), field=name)
         origins[(name,)] = Origin(str(yaml_path), getattr(section, "line", None), f"section '{name}'")
+        for key in section:  # an error names the line of the field itself
+            origins[(name, str(key))] = Origin(str(yaml_path), _key_line(section, key), f"section '{name}'")
         data[name] = plain(section)
     graph = data["network"].get("graph")
     if isinstance(graph, str) and graph:
@@ -379,8 +384,10 @@ def _select_dependent_rows(data: dict, origins: dict, catalogue: Path = DATA_DIR
     warning: it is most often a typo."""
     sites, gpus = set(data["sites"]), set(data["accelerators"])
     if warnings is not None:
+        shipped = catalogue.resolve()
+        folder = cache(lambda file: Path(file).parent.resolve())  # resolved once per file, not once per row
         for path, origin in sorted(origins.items(), key=lambda x: str(x[0])):
-            if path[0] not in ("supply", "owned", "prices") or Path(origin.file).parent.resolve() == catalogue.resolve():
+            if path[0] not in ("supply", "owned", "prices") or folder(origin.file) == shipped:
                 continue
             refs = [("site", path[1], sites)] if path[0] == "supply" else []
             refs.append(("accelerator", path[-1], gpus))

@@ -7,11 +7,14 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
+from typing import get_args
 
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
 from optimizer.calibration.params import Calibration
 from optimizer.errors import (
+    RANGE_ERRORS,
     Origin,
     ScenarioError,
     shorten,
@@ -19,6 +22,7 @@ from optimizer.errors import (
     yaml_bool_hint,
 )
 from optimizer.scenario.catalogue import Supply
+from optimizer.scenario.fields import accepted
 from optimizer.scenario.model import Scenario
 from optimizer.scenario.overrides import apply_overrides, is_number
 from optimizer.scenario.raw import RawScenario, load_raw
@@ -36,7 +40,31 @@ def _mentions(msg: str, value) -> bool:
     return any(f"got {text}" in msg for text in texts)
 
 
-def explain(err: dict) -> str:
+def _model_in(annotation) -> type[BaseModel] | None:
+    """The model a field holds: itself, or inside a list, a mapping or an optional."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next((m for arg in get_args(annotation) if (m := _model_in(arg)) is not None), None)
+
+
+def field_info(model: type[BaseModel] | None, loc) -> FieldInfo | None:
+    """The field an error location points at, through nested models and lists."""
+    info = None
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if model is None:  # an item of a list or mapping of numbers: the field's own
+            return info
+        if str(part) not in model.model_fields:
+            return None
+        info = model.model_fields[str(part)]
+        model = _model_in(info.annotation)
+    return info
+
+
+def explain(err: dict, model: type[BaseModel] | None = None) -> str:
+    """A pydantic error in a planner's words; with the ``model`` validated, a value outside a
+    field's physical range is answered with that range (`fields.bounded`)."""
     msg = err["msg"]
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
@@ -46,6 +74,10 @@ def explain(err: dict) -> str:
         msg = "missing (this field is required)"
     elif msg.startswith("Extra inputs are not permitted"):
         msg = "not a known field"
+    info = field_info(model, err["loc"])
+    limits = accepted(info) if info is not None else None
+    if limits and limits not in msg:
+        msg = f"expected {limits}" if err.get("type") in RANGE_ERRORS else f"{msg} (accepted: {limits})"
     if "input" in err and not isinstance(err["input"], (dict, list)) and msg != "missing (this field is required)" \
             and not _mentions(msg, err["input"]):
         got = repr(err["input"])
@@ -79,7 +111,7 @@ def validate_row(model: type[BaseModel], values: dict, origin: Origin):
         if err["msg"].startswith("Extra inputs"):
             msg = unknown_id_message("field", err["loc"][-1], model.model_fields)
             raise ScenarioError(msg, origin, field=loc) from None
-        raise ScenarioError(explain(err), origin, field=loc) from None
+        raise ScenarioError(explain(err, model), origin, field=loc) from None
 
 
 def validate(raw: RawScenario) -> Scenario:
@@ -148,7 +180,11 @@ def _validate(raw: RawScenario) -> Scenario:
                 if isinstance(values.get(part), list):  # else the section's validation says what is wrong
                     for i, row in enumerate(values[part]):
                         validate_row(row_model, row, raw.origin("demand", part, i))
-        sections[name] = validate_row(model, values, raw.origin(name))
+        try:
+            sections[name] = validate_row(model, values, raw.origin(name))
+        except ScenarioError as exc:  # at the line of the field itself
+            key = (exc.field or "").split(".")[0]
+            raise ScenarioError(exc.message, raw.origin(name, key), field=exc.field) from None
     if "calibration" in (d.get("serving") or {}):
         raise ScenarioError("write the calibration file at the top level (calibration: FILE), not in serving",
                             raw.origin("serving"), field="serving.calibration")
@@ -166,7 +202,7 @@ def _validate(raw: RawScenario) -> Scenario:
         )
     except ValidationError as exc:  # the top-level values an override can reach (price_provider, …)
         err = exc.errors()[0]
-        raise ScenarioError(explain(err), Origin(str(raw.path)), field=_field_of(err, Scenario)) from None
+        raise ScenarioError(explain(err, Scenario), Origin(str(raw.path)), field=_field_of(err, Scenario)) from None
     _cross_check(scenario, raw)
     return scenario
 
