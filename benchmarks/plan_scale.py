@@ -11,8 +11,8 @@ the reported gap (best plan against best bound so far) is within 5 % and 1 % ("-
 solve s, wall s, status, the master LP's bound, the best bound and where it came from, the
 final gap, plan cost, hand-made baseline cost, savings, peak memory (MiB). Prints a Markdown
 table (and writes it with --out); ``--history DIR`` writes each step's plan and bound over
-time as ``DIR/STEP.csv`` (`gap_over_time.py` draws them). Without ``--time-limit`` the
-effort's budget applies (`EFFORT_BUDGET_S`).
+time as ``DIR/STEP.csv`` (`gap_over_time.py` draws them). The effort sets the work
+(`optimizer.solve.settings.WORK`); ``--time-limit`` only caps the wall clock.
 
 A (metro, workload) pair no site can serve within its TTFT objective (the global step has
 some: West Africa to Madrid for code-completion's 150 ms) would only add its unserved-demand
@@ -41,7 +41,7 @@ from optimizer.network import build_graph, rtt_matrix  # noqa: E402
 from optimizer.pipeline import settings_from  # noqa: E402
 from optimizer.scenario import DATA_DIR, MixRow, load_scenario  # noqa: E402
 from optimizer.solve import solve  # noqa: E402
-from optimizer.solve.settings import EFFORT_BUDGET_S  # noqa: E402
+from optimizer.solve.settings import EFFORTS  # noqa: E402
 
 COLUMNS = ["step", "metros", "sites", "slices", "dropped_pairs", "variables", "integers", "rows", "nonzeros", "build_s",
            "handoff_s", "bound_lp_s", "first_plan_s", "first_plan_musd", "to_5%_s", "to_1%_s", "solve_s", "wall_s",
@@ -129,7 +129,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", default="reference,100x30,200x40")
     p.add_argument("--time-limit", type=float, default=None)
-    p.add_argument("--effort", choices=sorted(EFFORT_BUDGET_S), default="quick")
+    p.add_argument("--effort", choices=EFFORTS, default="quick")
     p.add_argument("--out")
     p.add_argument("--history", type=Path)
     args = p.parse_args()

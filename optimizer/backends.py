@@ -45,7 +45,7 @@ def gc_paused():
 
 @dataclass
 class Outcome:
-    status: str  # optimal | time_limit | infeasible | interrupted | error
+    status: str  # optimal | time_limit | work_limit | infeasible | interrupted | error
     has_solution: bool
     objective: float | None
     bound: float | None
@@ -99,8 +99,10 @@ def _status(highs: highspy.Highs) -> str:
     ms = highspy.HighsModelStatus
     if s == ms.kOptimal:
         return "optimal"
-    if s in (ms.kTimeLimit, ms.kIterationLimit, getattr(ms, "kSolutionLimit", None)):
+    if s == ms.kTimeLimit:
         return "time_limit"
+    if s in (ms.kIterationLimit, getattr(ms, "kSolutionLimit", None)):
+        return "work_limit"  # the nodes (or iterations) it was given: work, not time
     if s in (ms.kInfeasible, ms.kUnboundedOrInfeasible):
         return "infeasible"
     if s == getattr(ms, "kInterrupt", None):

@@ -20,7 +20,8 @@ from optimizer.network import build_graph, rtt_matrix
 from optimizer.scenario import DATA_DIR, load_scenario
 from optimizer.solve import SolverSettings, plan_cost, solve
 from optimizer.solve.moves import WholePlan, decode_merges, improve, merges
-from optimizer.solve.settings import FIRST_PLAN_STEPS
+from optimizer.solve.pricing import unserved_request_hours
+from optimizer.solve.settings import EFFORTS, FIRST_PLAN_STEPS, STEPS
 from optimizer.units import Role
 
 REL = 1e-9
@@ -128,3 +129,24 @@ def test_first_plan_steps_include_the_moves(tiny):
     assert result.work.get("moves priced", 0) > 0
     assert np.isfinite(result.objective_usd)
 
+
+
+def _by_effort(inst, effort: str):
+    steps = FIRST_PLAN_STEPS if effort == "first" else STEPS
+    result = solve(inst, SolverSettings(exact=False, effort=effort, steps=steps))
+    return unserved_request_hours(inst, result.solution), result.objective_usd
+
+
+@settings(max_examples=6, deadline=None)
+@given(scale=st.floats(0.3, 3.0))
+def test_more_effort_never_serves_less_nor_costs_more_on_tiny(scale):
+    inst = tiny_instance([f"demand.scale={scale}"])
+    runs = [_by_effort(inst, effort) for effort in EFFORTS]
+    for (unserved_less, cost_less), (unserved_more, cost_more) in zip(runs, runs[1:]):
+        assert unserved_more <= unserved_less + 1e-9
+        assert cost_more <= cost_less + 1e-6
+
+
+def test_more_effort_never_serves_less_nor_costs_more_on_us_east(us_east):
+    (u1, c1), (u2, c2) = (_by_effort(us_east, effort) for effort in ("first", "quick"))
+    assert u1 == u2 == 0 and c2 <= c1 + 1e-6

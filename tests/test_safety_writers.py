@@ -24,7 +24,7 @@ from optimizer.cli import main
 from optimizer.outputs import DEMAND, replace_folder
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "data" / "calibration" / "example_h100.csv"
-PLAN_FILES = {"summary.json", "scenario.json", "procurement.csv", "pools.csv", "routing.csv", "slo.csv", "curves.csv",
+PLAN_FILES = {"summary.json", "scenario.json", "procurement.csv", "nodes.csv", "pools.csv", "routing.csv", "slo.csv", "curves.csv",
               "plan.xlsx"}  # a plan folder without its report
 
 

@@ -19,7 +19,7 @@ from optimizer.report.folder import MissingInput, PlanFolder
 from optimizer.report.formatting import Column, esc
 
 STATUS_WORDS = {"optimal": "proven within the {} target", "gap_above_target": "not proven within the {} target",
-                "time_limit": "the solver stopped at its time limit before proving the {} target"}
+                "time_limit": "the wall clock stopped the solve before it proved the {} target (the plan may differ on another machine)"}
 
 
 def _nodes(proc: pd.DataFrame) -> pd.DataFrame:

@@ -92,6 +92,10 @@ class ModelCache:
             raise TimeLimitNoPlanError(
                 f"the time limit ran out during the {what} solve before any plan was found; "
                 "raise --time-limit or shrink the scenario")
+        if out.status == "work_limit" and not out.has_solution:
+            raise TimeLimitNoPlanError(
+                f"the {what} solve found no plan in the effort's branch-and-bound nodes; "
+                "raise --effort or shrink the scenario")
         return out
 
     def read(self, x) -> Reading:

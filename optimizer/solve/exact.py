@@ -45,7 +45,7 @@ def run_exact(ctx, cache, what: str, nodes: int) -> tuple[Candidate | None, obje
     t = time.perf_counter()
     out = cache.run(max(ctx.time_left(), 1.0), ctx.settings.mip_gap, 1, what, watcher(ctx, what), nodes=nodes)
     ctx.count("branch-and-bound nodes", out.nodes)
-    ctx.stopped_by_clock = ctx.stopped_by_clock or ctx.time_left() <= 0
+    ctx.stopped_by_clock = ctx.stopped_by_clock or out.status == "time_limit"
     if out.bound is not None and math.isfinite(out.bound):
         ctx.note_bound(what, Bound("exact MIP", float(out.bound), ctx.elapsed(),
                                    "integer replicas and nodes, HiGHS's branch and bound"))
