@@ -89,6 +89,27 @@ def build_program(inst, exact: bool, gpus_per_rps: dict, max_replicas: dict,
     return lp, terms
 
 
+def demand_rows(lp: LinearProgram, keys: list[tuple[str, str]], state: int = 0) -> list[int]:
+    """The demand balance rows of (metro, workload) ``keys`` in ``state`` of a program where every
+    metro is its own demand group (an operating program, `routing`)."""
+    return [lp.rows["demand_balance"][((m,), k, state)] for m, k in keys]
+
+
+def unserved_columns(lp: LinearProgram, keys: list[tuple[str, str]], state: int = 0) -> list[int]:
+    """The unserved-demand columns of (metro, workload) ``keys`` in ``state`` (as `demand_rows`)."""
+    return [lp.cols["unserved"][((m,), k, state)] for m, k in keys]
+
+
+def route_columns(lp: LinearProgram) -> dict:
+    """(group, site, workload, tier, state) → the route's column."""
+    return lp.cols.get("route", {})
+
+
+def flow_columns(lp: LinearProgram) -> list[tuple[int, int]]:
+    """(pool, column) of every pool's flow, prefill, colocated and decode alike."""
+    return [(key[0], col) for role in Role for key, col in lp.cols.get(f"{role}_flow", {}).items()]
+
+
 @dataclass
 class Reading:
     """A solution vector read back by block, nonzero entries only."""
@@ -119,8 +140,9 @@ def read_solution(lp: LinearProgram, x: np.ndarray) -> Reading:
         flows.update(values(f"{role}_flow"))
         replicas.update(values(f"{role}_replicas", whole=True))
     integer = bool(lp.col_integer) and any(lp.col_integer)
-    return Reading(flows, values("route"), values("unserved"), values("committed", whole=integer),
-                   values("ondemand", whole=integer), replicas)
+    routes, unserved = routing.by_metro(lp, values("route"), values("unserved"))
+    return Reading(flows, routes, unserved, values("committed", whole=integer), values("ondemand", whole=integer),
+                   replicas)
 
 
 def write_solution(lp: LinearProgram, plan) -> tuple[np.ndarray, np.ndarray]:
@@ -140,8 +162,9 @@ def write_solution(lp: LinearProgram, plan) -> tuple[np.ndarray, np.ndarray]:
         sizes, extra = _size_choices(lp, role, plan.replicas)
         put(f"{role}_size", sizes)
         put(f"{role}_size_extra", extra)
-    put("route", plan.routes)
-    put("unserved", plan.unserved)
+    routes, unserved = routing.by_group(lp, plan.routes, plan.unserved)
+    put("route", routes)
+    put("unserved", unserved)
     put("committed", plan.committed)
     put("ondemand", plan.ondemand)
     for col in np.flatnonzero(lp.col_integer):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ import pandas as pd
 import pytest
 
 import formulations
-from formulations import MODULES, Operating, build_program, read_solution, refresh, structure
+from formulations import MODULES, Operating, build_program, read_solution, refresh, structure, write_solution
 from optimizer.configs import ServingConfig
 from optimizer.instance import Arc, CommittedPrice, Contract, Instance, Pool, State
 from optimizer.units import HOURS_PER_YEAR, SECONDS_PER_HOUR
@@ -94,20 +95,50 @@ def cost(lp, col: int) -> float:
 def test_routing_balances_demand_and_prices_egress_and_unserved():
     lp, _ = program(tiny())
     route, unserved = lp.cols["route"], lp.cols["unserved"]
-    assert set(route) == {(m, s, k, t, st) for m, s, k, t in [("m1", "s1", "k", 0), ("m1", "s2", "k", 0)] for st in (0, 1)}
-    coefs, lo, hi = row(lp, "demand_balance", ("m1", "k", 1))
+    m1 = ("m1",)  # a demand group of one metro
+    assert set(route) == {(m1, s, k, t, st) for s, k, t in [("s1", "k", 0), ("s2", "k", 0)] for st in (0, 1)}
+    coefs, lo, hi = row(lp, "demand_balance", (m1, "k", 1))
     assert lo == hi == 20.0
-    assert coefs == {route[("m1", "s1", "k", 0, 1)]: 1.0, route[("m1", "s2", "k", 0, 1)]: 1.0,
-                     unserved[("m1", "k", 1)]: 1.0}
-    assert cost(lp, route[("m1", "s1", "k", 0, 0)]) == pytest.approx(SECONDS_PER_HOUR * HOURS * 2e-6)
-    assert cost(lp, unserved[("m1", "k", 0)]) == pytest.approx(SECONDS_PER_HOUR * HOURS * 1e-3)
+    assert coefs == {route[(m1, "s1", "k", 0, 1)]: 1.0, route[(m1, "s2", "k", 0, 1)]: 1.0,
+                     unserved[(m1, "k", 1)]: 1.0}
+    assert cost(lp, route[(m1, "s1", "k", 0, 0)]) == pytest.approx(SECONDS_PER_HOUR * HOURS * 2e-6)
+    assert cost(lp, unserved[(m1, "k", 0)]) == pytest.approx(SECONDS_PER_HOUR * HOURS * 1e-3)
+
+
+def test_routing_makes_one_demand_of_metros_with_the_same_arcs_and_splits_it_back():
+    """m2 reaches exactly m1's (site, tier) pairs: one demand group, whose routed requests read
+    back per metro in proportion to their demand (and follow new demand after a refresh)."""
+    inst = tiny()
+    arcs = {"nominal": inst.arcs["nominal"] + [Arc("m2", a.site, a.workload, a.tier, a.rtt_ms + 3.0)
+                                               for a in inst.arcs["nominal"]]}
+    demand = {**inst.demand, **{("m2", k, t): 3 * lam for (_, k, t), lam in inst.demand.items()}}
+    both = replace(inst, metros=["m1", "m2"], arcs=arcs, demand=demand)
+    lp, _ = program(both)
+    group = ("m1", "m2")
+    assert {key[0] for key in lp.cols["route"]} == {group}
+    coefs, lo, hi = row(lp, "demand_balance", (group, "k", 1))
+    assert lo == hi == 80.0  # 20 + 60 requests/s
+    x = np.zeros(lp.n_cols)
+    x[lp.cols["route"][(group, "s2", "k", 0, 1)]] = 40.0
+    x[lp.cols["unserved"][(group, "k", 1)]] = 4.0
+    got = read_solution(lp, x)
+    assert got.routes == pytest.approx({("m1", "s2", "k", 0, 1): 10.0, ("m2", "s2", "k", 0, 1): 30.0})
+    assert got.unserved == pytest.approx({("m1", "k", 1): 1.0, ("m2", "k", 1): 3.0})
+    cols, values = write_solution(lp, got)
+    start = dict(zip(cols.tolist(), values.tolist()))
+    assert start[lp.cols["route"][(group, "s2", "k", 0, 1)]] == pytest.approx(40.0)
+    moved = replace(both, demand={**both.demand, ("m2", "k", 1): 20.0})
+    refresh(lp, moved)  # the program's parameters take the new demand
+    assert lp.params["demand_rps"][(group, "k", 1)] == pytest.approx(40.0)
+    got = read_solution(lp, x)
+    assert got.routes[("m2", "s2", "k", 0, 1)] == pytest.approx(20.0)
 
 
 def test_latency_tiers_balance_routed_against_pool_flows():
     lp, _ = program(tiny())
     coefs, lo, hi = row(lp, "tier_balance", ("nominal", "s2", "k", 0, 1))
     assert lo == hi == 0.0
-    assert coefs == {lp.cols["route"][("m1", "s2", "k", 0, 1)]: 1.0, lp.cols["prefill_flow"][(3, 1)]: -1.0,
+    assert coefs == {lp.cols["route"][(("m1",), "s2", "k", 0, 1)]: 1.0, lp.cols["prefill_flow"][(3, 1)]: -1.0,
                      lp.cols["colocated_flow"][(4, 1)]: -1.0}
 
 
@@ -184,7 +215,7 @@ def test_resilience_holds_the_peak_on_demand_nodes_in_a_site_loss():
     o = lp.cols["ondemand"]
     assert ("s1", "g", 2) not in o  # the lost site rents nothing
     assert "contingency_nodes" not in lp.rows or all(key[0] != "s1" for key in lp.rows["contingency_nodes"])
-    unserved = lp.cols["unserved"][("m1", "k", 2)]
+    unserved = lp.cols["unserved"][(("m1",), "k", 2)]
     assert cost(lp, unserved) == pytest.approx(SECONDS_PER_HOUR * 1000.0 * 1e-3)  # notional 1,000 hours
     inst = tiny(n_minus_1=True, ondemand_max={("s1", "g"): 0, ("s2", "g"): 5})
     lp, _ = program(inst)
@@ -226,8 +257,8 @@ def test_every_module_has_its_test():
 def test_read_solution_returns_every_block_by_key():
     lp, _ = program(tiny())
     x = np.zeros(lp.n_cols)
-    x[lp.cols["route"][("m1", "s1", "k", 0, 1)]] = 7.5
-    x[lp.cols["unserved"][("m1", "k", 0)]] = 1e-12  # below the reading's floor
+    x[lp.cols["route"][(("m1",), "s1", "k", 0, 1)]] = 7.5
+    x[lp.cols["unserved"][(("m1",), "k", 0)]] = 1e-12  # below the reading's floor
     x[lp.cols["committed"][("s2", "g", "reserved-1y")]] = 3.0
     got = read_solution(lp, x)
     assert got.routes == {("m1", "s1", "k", 0, 1): 7.5} and got.unserved == {}

