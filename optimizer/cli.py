@@ -606,6 +606,52 @@ def cmd_scenarios(args) -> int:
     return 0
 
 
+@command("export", "a plan as the manifests of a serving stack, with autoscaler bounds per hour", flags.export)
+def cmd_export(args) -> int:
+    from optimizer.export import export_plan
+    from optimizer.export.write import target
+
+    inputs = [args.plan_dir] + ([args.from_plan] if args.from_plan else [])
+    target(args.out, inputs)  # refuse a bad target before any work
+    out, ctx = export_plan(args.plan_dir, args.to, args.out, slice_text=args.slice, model_repos=dict(args.model_repo),
+                           infra=dict(args.infra), strict=args.strict, from_plan=args.from_plan)
+    for w in ctx.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    sites = sorted({p.site for p in ctx.fleet.pools})
+    print(f"{args.to} manifests of {len(ctx.fleet.deployments())} deployments at {len(sites)} sites "
+          f"(replicas of slice {ctx.slice_text()}; bounds of every hour in each site's bounds.csv) written to {out}"
+          + ("; rollout.csv and steps/ hold the rollout" if args.from_plan else ""))
+    return 0
+
+
+@command("import-deployment", "manifests of a serving stack read back into a plan-shaped fleet", flags.import_deployment)
+def cmd_import_deployment(args) -> int:
+    from optimizer.export import importing
+
+    importing.target(args.out, args.manifests)
+    tables = importing.fleet_tables(importing.read_manifests(args.manifests))
+    meta = {"manifests": [str(m) for m in args.manifests]}
+    if args.against:
+        from optimizer.export.fleet import parse_slice, read_fleet
+
+        fleet = read_fleet(args.against)
+        recorded = importing.slices_of(args.manifests)
+        t = parse_slice(args.slice, fleet) if args.slice else \
+            parse_slice(recorded.pop(), fleet) if len(recorded) == 1 else fleet.busiest_slice()
+        tables["against"] = importing.against_plan(tables["pools"], fleet, t)
+        meta.update(plan=str(args.against), slice="/".join(map(str, t)))
+    out = importing.write_fleet(tables, meta, args.out)
+    pools = tables["pools"]
+    print(f"{len(pools)} pools, {int((pools['replicas'] * pools['gpus_per_replica']).sum()):,} GPUs at "
+          f"{pools['site'].nunique()} sites written to {out}")
+    if args.against:
+        diff = tables["against"]
+        print(f"against {args.against} at {meta['slice']}: {int((diff['difference'] != 0).sum())} pools differ "
+              f"({int(diff['difference'].clip(lower=0).sum())} replicas more, {int((-diff['difference']).clip(lower=0).sum())} "
+              "fewer than planned) — against.csv")
+    return 0
+
+
 # ---------------------------------------------------------------------------- parser
 
 

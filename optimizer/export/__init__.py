@@ -19,16 +19,55 @@ from optimizer.export.write import FORMATS, render, site_bounds, write_export
 
 
 def export_plan(plan_dir, fmt: str, out, *, slice_text: str | None = None, model_repos=None, infra=None,
-                strict: bool = False) -> tuple:
-    """Export a plan folder; returns (output folder, context with its warnings)."""
+                strict: bool = False, from_plan=None) -> tuple:
+    """Export a plan folder (with ``from_plan``, also the rollout from that older plan);
+    returns (output folder, context with its warnings)."""
+    from optimizer.errors import Origin, ScenarioError
     from optimizer.export.fleet import parse_slice
 
     fleet = read_fleet(plan_dir)
     t = parse_slice(slice_text, fleet) if slice_text else fleet.busiest_slice()
     ctx = Context(fleet, t, bounds_table(fleet), dict(model_repos or {}), dict(infra or {}), strict)
-    files = {**render(ctx, fmt), **site_bounds(ctx, fmt)}
-    meta = {"plan": str(fleet.plan_dir), "format": fmt, "slice": ctx.slice_text(), "warnings": ctx.warnings}
+    try:
+        files = {**render(ctx, fmt), **site_bounds(ctx, fmt)}
+        if from_plan is not None:
+            files.update(_rollout_files(read_fleet(from_plan), ctx, fmt))
+    except ScenarioError as exc:
+        if exc.origin is None:  # a pool the format cannot express: name the plan's table
+            exc.origin = Origin(str(fleet.plan_dir / "pools.csv"))
+        raise
+    meta = {"plan": str(fleet.plan_dir), "format": fmt, "slice": ctx.slice_text(), "warnings": ctx.warnings,
+            "from_plan": str(from_plan) if from_plan is not None else None}
     return write_export(files, meta, out), ctx
+
+
+def _rollout_files(old, ctx: Context, fmt: str) -> dict[str, str]:
+    """rollout.csv and, per step that changes pools, the manifests of the fleet after it,
+    each pool pinned to its step's replicas (floor = ceiling) while the rollout runs."""
+    from dataclasses import replace
+
+    from optimizer.errors import ScenarioError
+    from optimizer.export import rollout
+    from optimizer.outputs import spreadsheet_safe
+
+    new, t = ctx.fleet, ctx.slice
+    s = new.scenario
+    for p in old.pools:
+        if p.workload not in s.workloads or p.gpu not in s.accelerators:
+            raise ScenarioError(f"the old plan's pool {p.config} at {p.site} has a workload or accelerator the new "
+                                "plan's scenario lacks; a rollout needs both plans to share them", field="workload")
+    plan = rollout.steps(old, new, t)
+    files = {"rollout.csv": spreadsheet_safe(rollout.table(old, new, t, plan)).to_csv(index=False)}
+    both = [*new.pools, *old.pools]
+    for i, step in enumerate(plan, 1):
+        if step.name == "switch-routing":
+            continue
+        pools = rollout.fleet_at(both, step.replicas, t)
+        pinned = bounds_table(replace(new, pools=pools, slices=[t]))
+        pinned["floor"] = pinned["ceiling"] = pinned["replicas"]
+        step_ctx = Context(replace(new, pools=pools, slices=[t]), t, pinned, ctx.model_repos, ctx.infra, ctx.strict)
+        files.update({f"steps/{i}-{step.name}/{rel}": text for rel, text in render(step_ctx, fmt).items()})
+    return files
 
 
 __all__ = ["FORMATS", "export_plan"]

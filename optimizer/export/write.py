@@ -80,7 +80,7 @@ def write_export(files: dict[str, str], meta: dict, out) -> Path:
             path = tmp / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
-        entries = sorted({rel.split("/")[0] for rel in files} | {MARKER})
+        entries = sorted({rel.split("/")[0] for rel in files} | {MARKER})  # top-level names this export owns
         (tmp / MARKER).write_text(json.dumps({**meta, "entries": entries, "files": sorted(files)}, indent=2),
                                   encoding="utf-8")
         replace_folder(tmp, out)
