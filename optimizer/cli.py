@@ -69,12 +69,12 @@ def command(name: str, what: str, flags_of):
 def cmd_curves(args) -> int:
     from optimizer.errors import unknown_id_message
     from optimizer.operating import operating_table
-    from optimizer.scenario import load_scenario
 
-    s, _ = load_scenario(args.scenario, _calibration_override(args))
-    for kind, value, table in (("model", args.model, s.models), ("accelerator", args.gpu, s.accelerators)):
-        if value not in table:
-            raise ScenarioError(unknown_id_message(kind, value, table), field=f"--{'model' if kind == 'model' else 'gpu'}")
+    s, _ = _with_catalogue_rows(args, accelerators=[args.gpu], models=[args.model])
+    for kind, value, table in (("model", args.model, "models"), ("accelerator", args.gpu, "accelerators")):
+        if value not in getattr(s, table):
+            known = {*getattr(s, table), *_catalogue_ids(table)}
+            raise ScenarioError(unknown_id_message(kind, value, known), field=f"--{'model' if kind == 'model' else 'gpu'}")
     model, gpu = s.models[args.model], s.accelerators[args.gpu]
     if args.dtype == "fp8" and gpu.fp8_dense_tflops is None:
         raise ScenarioError(f"{gpu.id} has no FP8 support; use --dtype bf16", field="--dtype")
@@ -111,6 +111,28 @@ def cmd_curves(args) -> int:
         ("floor_usd_per_million_output_tokens", "floor $/M", ".3f"),
     ]))
     return 0
+
+
+def _with_catalogue_rows(args, **wanted):
+    """The scenario of --scenario (default: the reference), with the catalogue's rows of any
+    accelerator or model the flags name that it does not select (the catalogue has them)."""
+    from optimizer.scenario import load_raw, load_scenario
+
+    raw = load_raw(args.scenario)
+    overrides = []
+    for table, ids in wanted.items():
+        missing = [i for i in ids if i and i not in raw.data[table]]
+        if missing and all(i in _catalogue_ids(table) for i in missing):
+            overrides.append(f"{table}=[{', '.join([*raw.data[table], *missing])}]")
+    return load_scenario(args.scenario, overrides + _calibration_override(args))
+
+
+def _catalogue_ids(table: str) -> set[str]:
+    """The ids of a shipped catalogue table (accelerators, models)."""
+    from optimizer.scenario import REFERENCE_SCENARIO
+    from optimizer.scenario.raw import table_rows
+
+    return set(table_rows(table, None, REFERENCE_SCENARIO))
 
 
 CURVE_FLAGS = {"isl_mean_tokens": "--isl", "isl_p99_tokens": "--isl", "osl_mean_tokens": "--osl",
@@ -166,9 +188,8 @@ def cmd_budget(args) -> int:
     from optimizer.configs import kv_bytes_per_token, workload_configs
     from optimizer.errors import unknown_id_message
     from optimizer.network import build_graph, rtt_matrix
-    from optimizer.scenario import load_scenario
 
-    s, raw = load_scenario(args.scenario, _calibration_override(args))
+    s, raw = _with_catalogue_rows(args, accelerators=[args.gpu] if args.gpu else [])
     for kind, value, table in (("metro", args.metro, s.metros), ("site", args.site, s.sites),
                                ("workload", args.workload, s.workloads)):
         if value not in table:
@@ -176,7 +197,8 @@ def cmd_budget(args) -> int:
     gpus = [args.gpu] if args.gpu else sorted(s.supply.get(args.site, {}))
     for g in gpus:
         if g not in s.accelerators:
-            raise ScenarioError(unknown_id_message("accelerator", g, s.accelerators), field="--gpu")
+            known = {*s.accelerators, *_catalogue_ids("accelerators")}
+            raise ScenarioError(unknown_id_message("accelerator", g, known), field="--gpu")
     rtt = rtt_matrix(build_graph(s, raw.path.parent), s).loc[args.metro, args.site]
     w = s.workloads[args.workload]
     m = s.models[w.model]
