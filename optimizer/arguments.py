@@ -303,8 +303,9 @@ def mapping(what: str):
 
 def export(ex) -> None:
     plan_dir(ex)
-    ex.add_argument("--to", required=True, choices=["dynamo", "llm-d", "vllm-stack", "skyserve"],
-                    help="NVIDIA Dynamo, llm-d (KServe LLMInferenceService), vLLM production-stack Helm values, SkyServe")
+    ex.add_argument("--to", required=True, metavar="FORMAT",
+                    help="dynamo (NVIDIA Dynamo), llm-d (KServe LLMInferenceService), vllm-stack (vLLM production-stack "
+                         "Helm values) or skyserve")
     ex.add_argument("--out", required=True, help="export folder: a folder per site, a manifest per deployment")
     ex.add_argument("--slice", metavar="PERIOD/DAY_TYPE/HOUR",
                     help="the slice whose replicas the manifests carry (default: the plan's busiest)")

@@ -630,9 +630,11 @@ def cmd_scenarios(args) -> int:
 
 @command("export", "a plan as the manifests of a serving stack, with autoscaler bounds per hour", flags.export)
 def cmd_export(args) -> int:
-    from optimizer.export import export_plan
+    from optimizer.export import FORMATS, export_plan
     from optimizer.export.write import target
 
+    if args.to not in FORMATS:
+        raise ScenarioError(f"expected one of {', '.join(FORMATS)}, got {args.to!r}", Origin("--to"))
     inputs = [args.plan_dir] + ([args.from_plan] if args.from_plan else [])
     target(args.out, inputs)  # refuse a bad target before any work
     out, ctx = export_plan(args.plan_dir, args.to, args.out, slice_text=args.slice, model_repos=dict(args.model_repo),

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from optimizer.errors import ScenarioError
+from optimizer.errors import Origin, ScenarioError
 from optimizer.folder.read import read_plan, scenario_of
 from optimizer.units import Role
 
@@ -178,7 +178,7 @@ def parse_slice(text: str, fleet: Fleet) -> Slice:
             return t
     shown = ", ".join("/".join(map(str, t)) for t in fleet.slices[:4])
     raise ScenarioError(f"expected a slice of the plan's horizon as PERIOD/DAY_TYPE/HOUR (e.g. {shown}, …), "
-                        f"got {text!r}", field="--slice")
+                        f"got {text!r}", Origin("--slice"))
 
 
 def model_repo(model: str, overrides: dict[str, str]) -> str:
@@ -186,5 +186,5 @@ def model_repo(model: str, overrides: dict[str, str]) -> str:
     repo = overrides.get(model) or MODEL_REPOS.get(model)
     if repo is None:
         raise ScenarioError(f"no model repository known for model '{model}'; pass --model-repo {model}=ORG/NAME",
-                            field="--model-repo")
+                            Origin("--model-repo"))
     return repo

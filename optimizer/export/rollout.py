@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from optimizer.errors import ScenarioError
+from optimizer.errors import Origin, ScenarioError
 from optimizer.export.fleet import POOL_KEY, Fleet, Pool, Slice
 
 STEPS = ("scale-up", "switch-routing", "scale-down")
@@ -39,7 +39,7 @@ def _at(fleet: Fleet, t: Slice) -> dict[tuple, int]:
 def steps(old: Fleet, new: Fleet, t: Slice) -> list[Step]:
     if t not in old.slices:
         raise ScenarioError(f"slice {'/'.join(map(str, t))} of the new plan is not in the old plan's horizon",
-                            field="--slice")
+                            Origin("--slice"))
     n_old, n_new = _at(old, t), _at(new, t)
     keys = sorted(set(n_old) | set(n_new))
     up = {k: max(n_old.get(k, 0), n_new.get(k, 0)) for k in keys}
