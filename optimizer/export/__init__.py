@@ -29,7 +29,7 @@ def export_plan(plan_dir, fmt: str, out, *, slice_text: str | None = None, model
     t = parse_slice(slice_text, fleet) if slice_text else fleet.busiest_slice()
     ctx = Context(fleet, t, bounds_table(fleet), dict(model_repos or {}), dict(infra or {}), strict)
     try:
-        files = {**render(ctx, fmt), **site_bounds(ctx, fmt)}
+        files = {**render(ctx, fmt), **site_bounds(ctx)}
         if from_plan is not None:
             files.update(_rollout_files(read_fleet(from_plan), ctx, fmt))
     except ScenarioError as exc:

@@ -1,5 +1,7 @@
 """NVIDIA Dynamo: per deployment a DynamoGraphDeployment, a DynamoGraphDeploymentScalingAdapter
-per worker service and a DynamoGraphDeploymentRequest (schemas/README.md for versions).
+per worker service and a DynamoGraphDeploymentRequest — nvidia.com/v1alpha1, field names from
+the operator's CRDs in ai-dynamo/dynamo deploy/cloud/operator/config/crd/bases/ (commits in
+schemas/README.md).
 
 Fields and where they come from (CRD paths of the vendored schemas):
 - DynamoGraphDeployment spec.services: a Frontend (componentType frontend) and one worker
@@ -31,7 +33,6 @@ from optimizer.units import Role
 API = "nvidia.com/v1alpha1"
 IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.8.0"  # the runtime image of the profiler's sample DGDR
 WORKER_FLAG = {Role.PREFILL: "--is-prefill-worker", Role.DECODE: "--is-decode-worker"}
-KINDS = ("DynamoGraphDeployment", "DynamoGraphDeploymentScalingAdapter", "DynamoGraphDeploymentRequest")
 
 
 def _worker(p: Pool, ctx: Context) -> dict:

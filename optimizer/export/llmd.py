@@ -1,4 +1,6 @@
-"""llm-d through KServe's LLMInferenceService (serving.kserve.io/v1alpha2; schemas/README.md).
+"""llm-d through KServe's LLMInferenceService — serving.kserve.io/v1alpha2, field names from
+kserve/kserve config/crd/full/llmisvc/serving.kserve.io_llminferenceservices.yaml at
+aaac4e294dae2c7b1aa1886447793f3aa1c30912 (schemas/README.md).
 
 An LLMInferenceService runs one decode (or colocated) workload — spec.template, replicas,
 parallelism, scaling — and optionally one prefill workload (spec.prefill), behind a router
@@ -32,7 +34,6 @@ from optimizer.export.fleet import NODE_LABEL, Deployment, Pool, dns_name
 from optimizer.units import Role
 
 API = "serving.kserve.io/v1alpha2"
-KINDS = ("LLMInferenceService",)
 
 
 def _workload(p: Pool, ctx: Context) -> dict:

@@ -1,5 +1,6 @@
-"""SkyPilot / SkyServe: a service YAML (a SkyPilot task with a `service` section) per pool
-(schemas/README.md for the version).
+"""SkyPilot / SkyServe: a service YAML (a SkyPilot task with a `service` section) per pool —
+field names from skypilot-org/skypilot sky/utils/schemas.py (get_task_schema, the resources
+and service schemas) at 00052dfe0d13 (schemas/README.md).
 
 Fields: resources.accelerators = {NAME: GPUs per node of a replica} in SkyPilot's
 accelerator names; num_nodes for a replica over several nodes; resources.infra =
@@ -21,7 +22,6 @@ from optimizer.export.common import Context, Running, annotations, labels, pool_
 from optimizer.export.fleet import ANNOTATION, Deployment, Pool, dns_name
 from optimizer.units import Role
 
-KINDS = ("SkyServe service",)
 PORT = 8000
 # SkyPilot's accelerator names for the catalogue's accelerators (`sky show-gpus`)
 ACCELERATORS = {"h100-sxm": "H100", "h200-sxm": "H200", "b200": "B200", "a100-80gb-sxm": "A100-80GB",

@@ -1,5 +1,7 @@
 """vLLM production-stack: a Helm values file per deployment (one release of the chart),
-servingEngineSpec.modelSpec with one entry per pool (schemas/README.md for the version).
+servingEngineSpec.modelSpec with one entry per pool — field names from
+vllm-project/production-stack helm/values.schema.json and helm/README.md at a6c01db05f65
+(chart 0.1.12; schemas/README.md).
 
 Fields: name = the pool's service name; modelURL = the model repository; replicaCount = the
 pool's replicas in the exported slice; requestGPU = GPUs per replica and requestGPUType for
@@ -21,7 +23,6 @@ from optimizer.export.common import Context, Running, annotations, gpu_resource,
 from optimizer.export.fleet import ANNOTATION, NODE_LABEL, Deployment, Pool
 from optimizer.units import Role
 
-KINDS = ("production-stack values",)
 REPOSITORY, TAG = "vllm/vllm-openai", "latest"  # the chart's default serving-engine image
 KV_ROLE = {Role.PREFILL: ("kv_producer", "sender"), Role.DECODE: ("kv_consumer", "receiver")}
 

@@ -62,7 +62,7 @@ def render(ctx: Context, fmt: str) -> dict[str, str]:
     return out
 
 
-def site_bounds(ctx: Context, fmt: str) -> dict[str, str]:
+def site_bounds(ctx: Context) -> dict[str, str]:
     """Relative path → bounds.csv text of each site."""
     names = {p.key: p.name for p in ctx.fleet.pools}
     table = ctx.bounds.copy()
