@@ -42,8 +42,9 @@ def export_plan(plan_dir, fmt: str, out, *, slice_text: str | None = None, model
 
 
 def _rollout_files(old, ctx: Context, fmt: str) -> dict[str, str]:
-    """rollout.csv and, per step that changes pools, the manifests of the fleet after it,
-    each pool pinned to its step's replicas (floor = ceiling) while the rollout runs."""
+    """rollout.csv and, per step that changes pools, the manifests of the fleet after it and
+    their bounds.csv, each pool pinned to its step's replicas (floor = ceiling) while the
+    rollout runs."""
     from dataclasses import replace
 
     from optimizer.errors import ScenarioError
@@ -66,7 +67,8 @@ def _rollout_files(old, ctx: Context, fmt: str) -> dict[str, str]:
         pinned = bounds_table(replace(new, pools=pools, slices=[t]))
         pinned["floor"] = pinned["ceiling"] = pinned["replicas"]
         step_ctx = Context(replace(new, pools=pools, slices=[t]), t, pinned, ctx.model_repos, ctx.infra, ctx.strict)
-        files.update({f"steps/{i}-{step.name}/{rel}": text for rel, text in render(step_ctx, fmt).items()})
+        step_files = {**render(step_ctx, fmt), **site_bounds(step_ctx)}
+        files.update({f"steps/{i}-{step.name}/{rel}": text for rel, text in step_files.items()})
     return files
 
 
