@@ -44,7 +44,7 @@ def exported(plans):
     return out
 
 
-def _kind(doc: dict) -> str:
+def manifest_kind(doc: dict) -> str:
     if "servingEngineSpec" in doc:
         return "production-stack values"
     if "service" in doc and "resources" in doc:
@@ -52,7 +52,7 @@ def _kind(doc: dict) -> str:
     return doc["kind"]
 
 
-def _manifests(folder: Path):
+def manifests_in(folder: Path):
     for path in sorted(folder.glob("*/*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             yield path, doc
@@ -61,9 +61,9 @@ def _manifests(folder: Path):
 def test_every_manifest_validates_against_its_vendored_schema(exported):
     kinds = set()
     for folder in exported.values():
-        for path, doc in _manifests(folder):
-            validate.check(_kind(doc), doc, str(path))
-            kinds.add(_kind(doc))
+        for path, doc in manifests_in(folder):
+            validate.check(manifest_kind(doc), doc, str(path))
+            kinds.add(manifest_kind(doc))
     assert kinds == set(validate.SCHEMAS)
 
 
@@ -76,7 +76,7 @@ def test_every_manifest_validates_against_its_vendored_schema(exported):
     ("SkyServe service", ("service", "replica_policy", "ceiling")),
 ])
 def test_a_field_the_schema_does_not_know_fails(exported, kind, path):
-    doc = next(d for folder in exported.values() for _, d in _manifests(folder) if _kind(d) == kind)
+    doc = next(d for folder in exported.values() for _, d in manifests_in(folder) if manifest_kind(d) == kind)
     node = doc
     for step in path[:-1]:
         node = node[next(k for k in node if k != "Frontend")] if step == "*" else node[step]
@@ -140,7 +140,7 @@ def test_bounds_are_the_committed_and_peak_replicas_of_every_pool_and_hour(plans
     slice_ = yaml.safe_load((exported[("dynamo", "us-east")] / "export.json").read_text())["slice"]
     at = bounds[bounds[["period", "day_type", "hour"]].astype(str).agg("/".join, axis=1) == slice_]
     native = {}
-    for _, doc in _manifests(exported[("dynamo", "us-east")]):
+    for _, doc in manifests_in(exported[("dynamo", "us-east")]):
         if doc["kind"] == "DynamoGraphDeploymentScalingAdapter":
             native[doc["metadata"]["annotations"]["fleetplan.io/config"],
                    int(doc["metadata"]["annotations"]["fleetplan.io/tier"])] = doc["spec"]["scalingPolicy"]

@@ -123,7 +123,7 @@ def test_cli_infeasible_exit_code_and_no_folder(tmp_path, capsys):
 def test_reference_plan_exports_to_the_stacks_that_can_express_it(reference_plan, tmp_path):
     """Every manifest of the reference plan validates against its vendored schema and reads
     back to the plan's replicas (tests/test_export.py does the same, and more, on us-east)."""
-    from test_export import _kind, _manifests
+    from test_export import manifest_kind, manifests_in
 
     from optimizer.export import validate
     from optimizer.export.fleet import POOL_KEY, read_fleet
@@ -131,8 +131,8 @@ def test_reference_plan_exports_to_the_stacks_that_can_express_it(reference_plan
     _, out = reference_plan
     for fmt in ("dynamo", "llm-d", "vllm-stack"):
         assert main(["export", str(out), "--to", fmt, "--out", str(tmp_path / fmt)]) == 0
-        for path, doc in _manifests(tmp_path / fmt):
-            validate.check(_kind(doc), doc, str(path))
+        for path, doc in manifests_in(tmp_path / fmt):
+            validate.check(manifest_kind(doc), doc, str(path))
     assert main(["export", str(out), "--to", "skyserve", "--out", str(tmp_path / "sky")]) == 2  # disaggregated pools
     assert main(["import-deployment", *map(str, (tmp_path / "dynamo").glob("*/*.yaml")), "--out",
                  str(tmp_path / "running"), "--against", str(out)]) == 0
