@@ -291,6 +291,43 @@ def demand(dm) -> None:
                          "the covered hours (default), or left at zero")
 
 
+def mapping(what: str):
+    """An argparse type for KEY=VALUE (``what`` names the two sides in the error)."""
+    def check(text: str) -> tuple[str, str]:
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise argparse.ArgumentTypeError(f"expected {what}, got {shorten(text)!r}")
+        return key.strip(), value.strip()
+
+    check.__name__ = what
+    return check
+
+
+def export(ex) -> None:
+    plan_dir(ex)
+    ex.add_argument("--to", required=True, metavar="FORMAT",
+                    help="dynamo (NVIDIA Dynamo), llm-d (KServe LLMInferenceService), vllm-stack (vLLM production-stack "
+                         "Helm values) or skyserve")
+    ex.add_argument("--out", required=True, help="export folder: a folder per site, a manifest per deployment")
+    ex.add_argument("--slice", metavar="PERIOD/DAY_TYPE/HOUR",
+                    help="the slice whose replicas the manifests carry (default: the plan's busiest)")
+    ex.add_argument("--from-plan", metavar="OLD_DIR", help="also write the rollout from this older plan folder")
+    ex.add_argument("--model-repo", action="append", type=mapping("MODEL=ORG/NAME"), default=[], metavar="MODEL=ORG/NAME",
+                    help="the model repository of a model the shipped catalogue does not map")
+    ex.add_argument("--infra", action="append", type=mapping("SITE=CLOUD/REGION"), default=[], metavar="SITE=CLOUD/REGION",
+                    help="SkyServe: where a site's replicas run (resources.infra)")
+    ex.add_argument("--strict", action="store_true", help="llm-d: refuse, not warn, where KV transfer needs other TPs")
+
+
+def import_deployment(im) -> None:
+    im.add_argument("manifests", nargs="+", metavar="MANIFEST", help="Dynamo, llm-d, production-stack or SkyServe YAML")
+    im.add_argument("--out", required=True, help="fleet folder to write (pools.csv, gpus.csv, fleet.json)")
+    im.add_argument("--against", metavar="PLAN_DIR", help="also write against.csv: the plan's replicas beside the running")
+    im.add_argument("--slice", metavar="PERIOD/DAY_TYPE/HOUR",
+                    help="the plan's slice to hold them against (default: the manifests' fleetplan.io/slice, else "
+                         "the plan's busiest)")
+
+
 def nothing(p) -> None:
     """A command without arguments."""
 

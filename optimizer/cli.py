@@ -69,12 +69,12 @@ def command(name: str, what: str, flags_of):
 def cmd_curves(args) -> int:
     from optimizer.errors import unknown_id_message
     from optimizer.operating import operating_table
-    from optimizer.scenario import load_scenario
 
-    s, _ = load_scenario(args.scenario, _calibration_override(args))
-    for kind, value, table in (("model", args.model, s.models), ("accelerator", args.gpu, s.accelerators)):
-        if value not in table:
-            raise ScenarioError(unknown_id_message(kind, value, table), field=f"--{'model' if kind == 'model' else 'gpu'}")
+    s, _ = _with_catalogue_rows(args, accelerators=[args.gpu], models=[args.model])
+    for kind, value, table in (("model", args.model, "models"), ("accelerator", args.gpu, "accelerators")):
+        if value not in getattr(s, table):
+            known = {*getattr(s, table), *_catalogue_ids(table)}
+            raise ScenarioError(unknown_id_message(kind, value, known), field=f"--{'model' if kind == 'model' else 'gpu'}")
     model, gpu = s.models[args.model], s.accelerators[args.gpu]
     if args.dtype == "fp8" and gpu.fp8_dense_tflops is None:
         raise ScenarioError(f"{gpu.id} has no FP8 support; use --dtype bf16", field="--dtype")
@@ -111,6 +111,28 @@ def cmd_curves(args) -> int:
         ("floor_usd_per_million_output_tokens", "floor $/M", ".3f"),
     ]))
     return 0
+
+
+def _with_catalogue_rows(args, **wanted):
+    """The scenario of --scenario (default: the reference), with the catalogue's rows of any
+    accelerator or model the flags name that it does not select (the catalogue has them)."""
+    from optimizer.scenario import load_raw, load_scenario
+
+    raw = load_raw(args.scenario)
+    overrides = []
+    for table, ids in wanted.items():
+        missing = [i for i in ids if i and i not in raw.data[table]]
+        if missing and all(i in _catalogue_ids(table) for i in missing):
+            overrides.append(f"{table}=[{', '.join([*raw.data[table], *missing])}]")
+    return load_scenario(args.scenario, overrides + _calibration_override(args))
+
+
+def _catalogue_ids(table: str) -> set[str]:
+    """The ids of a shipped catalogue table (accelerators, models)."""
+    from optimizer.scenario import REFERENCE_SCENARIO
+    from optimizer.scenario.raw import table_rows
+
+    return set(table_rows(table, None, REFERENCE_SCENARIO))
 
 
 CURVE_FLAGS = {"isl_mean_tokens": "--isl", "isl_p99_tokens": "--isl", "osl_mean_tokens": "--osl",
@@ -166,9 +188,8 @@ def cmd_budget(args) -> int:
     from optimizer.configs import kv_bytes_per_token, workload_configs
     from optimizer.errors import unknown_id_message
     from optimizer.network import build_graph, rtt_matrix
-    from optimizer.scenario import load_scenario
 
-    s, raw = load_scenario(args.scenario, _calibration_override(args))
+    s, raw = _with_catalogue_rows(args, accelerators=[args.gpu] if args.gpu else [])
     for kind, value, table in (("metro", args.metro, s.metros), ("site", args.site, s.sites),
                                ("workload", args.workload, s.workloads)):
         if value not in table:
@@ -176,7 +197,8 @@ def cmd_budget(args) -> int:
     gpus = [args.gpu] if args.gpu else sorted(s.supply.get(args.site, {}))
     for g in gpus:
         if g not in s.accelerators:
-            raise ScenarioError(unknown_id_message("accelerator", g, s.accelerators), field="--gpu")
+            known = {*s.accelerators, *_catalogue_ids("accelerators")}
+            raise ScenarioError(unknown_id_message("accelerator", g, known), field="--gpu")
     rtt = rtt_matrix(build_graph(s, raw.path.parent), s).loc[args.metro, args.site]
     w = s.workloads[args.workload]
     m = s.models[w.model]
@@ -625,6 +647,54 @@ def cmd_scenarios(args) -> int:
     for path in sorted((DATA_DIR / "scenarios").glob("*.yaml")):
         doc = read_yaml(path)
         print(f"{path.stem:24s} {' '.join(str(doc.get('description', '')).split())[:100]}")
+    return 0
+
+
+@command("export", "a plan as the manifests of a serving stack, with autoscaler bounds per hour", flags.export)
+def cmd_export(args) -> int:
+    from optimizer.export import FORMATS, export_plan
+    from optimizer.export.write import target
+
+    if args.to not in FORMATS:
+        raise ScenarioError(f"expected one of {', '.join(FORMATS)}, got {args.to!r}", Origin("--to"))
+    inputs = [args.plan_dir] + ([args.from_plan] if args.from_plan else [])
+    target(args.out, inputs)  # refuse a bad target before any work
+    out, ctx = export_plan(args.plan_dir, args.to, args.out, slice_text=args.slice, model_repos=dict(args.model_repo),
+                           infra=dict(args.infra), strict=args.strict, from_plan=args.from_plan)
+    for w in ctx.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    sites = sorted({p.site for p in ctx.fleet.pools})
+    print(f"{args.to} manifests of {len(ctx.fleet.deployments())} deployments at {len(sites)} sites "
+          f"(replicas of slice {ctx.slice_text()}; bounds of every hour in each site's bounds.csv) written to {out}"
+          + ("; rollout.csv and steps/ hold the rollout" if args.from_plan else ""))
+    return 0
+
+
+@command("import-deployment", "manifests of a serving stack read back into a plan-shaped fleet", flags.import_deployment)
+def cmd_import_deployment(args) -> int:
+    from optimizer.export import importing
+
+    importing.target(args.out, args.manifests)
+    tables = importing.fleet_tables(importing.read_manifests(args.manifests))
+    meta = {"manifests": [str(m) for m in args.manifests]}
+    if args.against:
+        from optimizer.export.fleet import parse_slice, read_fleet
+
+        fleet = read_fleet(args.against)
+        recorded = importing.slices_of(args.manifests)
+        t = parse_slice(args.slice, fleet) if args.slice else \
+            parse_slice(recorded.pop(), fleet) if len(recorded) == 1 else fleet.busiest_slice()
+        tables["against"] = importing.against_plan(tables["pools"], fleet, t)
+        meta.update(plan=str(args.against), slice="/".join(map(str, t)))
+    out = importing.write_fleet(tables, meta, args.out)
+    pools = tables["pools"]
+    print(f"{len(pools)} pools, {int((pools['replicas'] * pools['gpus_per_replica']).sum()):,} GPUs at "
+          f"{pools['site'].nunique()} sites written to {out}")
+    if args.against:
+        diff = tables["against"]
+        print(f"against {args.against} at {meta['slice']}: {int((diff['difference'] != 0).sum())} pools differ "
+              f"({int(diff['difference'].clip(lower=0).sum())} replicas more, {int((-diff['difference']).clip(lower=0).sum())} "
+              "fewer than planned) — against.csv")
     return 0
 
 

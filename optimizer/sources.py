@@ -18,13 +18,26 @@ from __future__ import annotations
 import csv
 import io
 import os
+import site
 import stat
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from optimizer.errors import Origin, ScenarioError
+
+
+def shipped_data_dir() -> Path:
+    """The shipped catalogues and scenarios: ``data/`` of a checkout (an editable install
+    reads it in place), else where a wheel puts its data files, ``<prefix>/share/fleetplan/data``
+    (pyproject.toml's data-files), for the environment's prefix or the user's."""
+    checkout = Path(__file__).resolve().parent.parent / "data"
+    for folder in (checkout, *(Path(p) / "share" / "fleetplan" / "data" for p in (sys.prefix, site.getuserbase()))):
+        if (folder / "accelerators.csv").is_file():
+            return folder
+    return checkout
 
 
 class LineDict(dict):

@@ -32,7 +32,7 @@ LAYERS = [
     ("results", ["optimizer.results"]),
     ("folder", ["optimizer.folder"]),
     ("commands", ["optimizer.pipeline", "optimizer.verify", "optimizer.stress", "optimizer.operate", "optimizer.compare",
-                  "optimizer.sweep", "optimizer.report", "optimizer.traces", "optimizer.calibration"]),
+                  "optimizer.sweep", "optimizer.report", "optimizer.traces", "optimizer.calibration", "optimizer.export"]),
     ("cli", ["optimizer.arguments", "optimizer.cli", "fleetplan"]),
 ]
 FORMULATIONS_MAY_USE = {"optimizer", "optimizer.units", "optimizer.contracts"}

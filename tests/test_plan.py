@@ -118,3 +118,26 @@ def test_cli_infeasible_exit_code_and_no_folder(tmp_path, capsys):
     assert code == 3
     assert not out.exists()
     assert "cannot meet" in capsys.readouterr().err
+
+
+def test_reference_plan_exports_to_the_stacks_that_can_express_it(reference_plan, tmp_path):
+    """Every manifest of the reference plan validates against its vendored schema and reads
+    back to the plan's replicas (tests/test_export.py does the same, and more, on us-east)."""
+    from test_export import manifest_kind, manifests_in
+
+    from optimizer.export import validate
+    from optimizer.export.fleet import POOL_KEY, read_fleet
+
+    _, out = reference_plan
+    for fmt in ("dynamo", "llm-d", "vllm-stack"):
+        assert main(["export", str(out), "--to", fmt, "--out", str(tmp_path / fmt)]) == 0
+        for path, doc in manifests_in(tmp_path / fmt):
+            validate.check(manifest_kind(doc), doc, str(path))
+    assert main(["export", str(out), "--to", "skyserve", "--out", str(tmp_path / "sky")]) == 2  # disaggregated pools
+    assert main(["import-deployment", *map(str, (tmp_path / "dynamo").glob("*/*.yaml")), "--out",
+                 str(tmp_path / "running"), "--against", str(out)]) == 0
+    running = pd.read_csv(tmp_path / "running" / "pools.csv", keep_default_na=False)
+    fleet = read_fleet(out)
+    t = fleet.busiest_slice()
+    assert {tuple(r[k] for k in POOL_KEY): r["replicas"] for _, r in running.iterrows()} == \
+        {p.key: p.replicas.get(t, 0) for p in fleet.pools}

@@ -24,7 +24,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SHIPPED_FILE = Path(__file__).resolve().parent.parent.parent / "data" / "serving_calibration.csv"
+from optimizer.sources import shipped_data_dir
+
+SHIPPED_FILE = shipped_data_dir() / "serving_calibration.csv"
 KINDS = ("prefill", "decode", "e2e")
 
 # name → (lower bound, upper bound, value where nothing is known) — the bounds a fit keeps

@@ -13,10 +13,10 @@ from pydantic import BaseModel
 from optimizer.calibration.files import calibration_data
 from optimizer.calibration.params import PARAMETERS
 from optimizer.errors import Origin, ScenarioError, shorten, unknown_id_message
-from optimizer.scenario.raw import RawScenario
+from optimizer.scenario.raw import RawScenario, select_dependent_rows, table_rows
 from optimizer.scenario.sections import Serving
-from optimizer.scenario.tables import SECTIONS, TABLES
-from optimizer.sources import check_expansion
+from optimizer.scenario.tables import DATA_DIR, SECTIONS, TABLES
+from optimizer.sources import check_expansion, read_yaml
 
 
 def apply_overrides(raw: RawScenario, overrides: list[str], flag: str = "--set") -> RawScenario:
@@ -97,7 +97,45 @@ def set_path(raw: RawScenario, key: str, text: str, origin: Origin | None = None
         except yaml.YAMLError:
             node[last] = text
         check_expansion(node[last], origin)
+        if len(parts) == 1 and head in TABLES and _table_form(node[last]):
+            _select_table(raw, head, node[last], origin)
+            return
         _check_override_shape(parts, node[last], key, origin)
+
+
+TABLE_FORM_KEYS = {"csv", "ids", "rows", "patch", "provider"}
+
+
+def _table_form(value) -> bool:
+    """A table written as in a scenario file: a list (of ids or rows) or csv/ids/rows/patch."""
+    return isinstance(value, list) or (isinstance(value, dict) and bool(value) and set(value) <= TABLE_FORM_KEYS)
+
+
+def _select_table(raw: RawScenario, head: str, value, origin: Origin) -> None:
+    """``--set accelerators=[h100-sxm,b200]``: the table resolved as the scenario file's own
+    section would be (ids from the catalogue, rows, patches); for chosen sites or
+    accelerators the catalogue's supply, owned and price rows come along, the scenario's
+    own rows kept first."""
+    doc = read_yaml(raw.path) if raw.path.is_file() else {}
+    catalogue = raw.path.parent / str(doc["catalogue"]) if isinstance(doc.get("catalogue"), str) else DATA_DIR
+    try:
+        raw.data[head] = table_rows(head, value, Path(origin.file), catalogue, raw.warnings)
+    except ScenarioError as exc:
+        raise ScenarioError(exc.message, origin, field=head) from None
+    if head in ("sites", "accelerators"):
+        provider = raw.data.get("price_provider", "reference")
+        for dep in ("supply", "owned", "prices"):
+            value = {"provider": provider} if dep == "prices" else None
+            _merge_missing(raw.data[dep], table_rows(dep, value, raw.path, catalogue, raw.warnings))
+        select_dependent_rows(raw.data, raw.origins, catalogue)
+
+
+def _merge_missing(mine: dict, catalogue: dict) -> None:
+    for key, value in catalogue.items():
+        if key not in mine:
+            mine[key] = value
+        elif isinstance(value, dict) and all(isinstance(v, dict) for v in value.values()):
+            _merge_missing(mine[key], value)
 
 
 def _check_override_shape(parts: list[str], value, key: str, origin: Origin) -> None:

@@ -26,11 +26,11 @@ from optimizer.scenario.sections import DemandRow, MixRow
 from optimizer.scenario.tables import (
     DATA_DIR,
     DIURNAL_FILE,
-    REFERENCE_SCENARIO,
     SECTIONS,
     TABLES,
     TOP_LEVEL,
     TableSpec,
+    scenario_path,
 )
 from optimizer.sources import LineDict, Row, read_csv, read_yaml
 from optimizer.traces.spec import section_specs
@@ -307,7 +307,7 @@ def _read_rows_section(value, yaml_path: Path, name: str, warnings: list[str], l
 
 def load_raw(path: str | Path | None = None) -> RawScenario:
     """Read a scenario file (default: the embedded reference scenario) into plain data."""
-    yaml_path = Path(path) if path else REFERENCE_SCENARIO
+    yaml_path = scenario_path(path)
     doc = read_yaml(yaml_path)
     for key in doc:
         if key not in TOP_LEVEL:
@@ -376,6 +376,22 @@ def load_raw(path: str | Path | None = None) -> RawScenario:
             data["demand"][part] = [plain(r) for r in rows]
     _select_dependent_rows(data, origins, catalogue, warnings)
     return RawScenario(data, origins, yaml_path, warnings)
+
+
+def table_rows(name: str, value, yaml_path: Path, catalogue: Path = DATA_DIR, warnings: list | None = None) -> dict:
+    """One table written as a scenario file's section would be (None: the whole catalogue
+    table), keyed like the resolved data (`load_raw`)."""
+    spec = TABLES[name]
+    rows = _resolve_table(spec, value, yaml_path, catalogue, warnings if warnings is not None else [])
+    if name == "prices":  # one provider's prices, as load_raw keeps
+        provider = str(value.get("provider", "reference")) if isinstance(value, dict) else "reference"
+        rows = [r for r in rows if r.values.get("provider") == provider]
+    return _key_rows(spec, rows, {})
+
+
+def select_dependent_rows(data: dict, origins: dict, catalogue: Path = DATA_DIR) -> None:
+    """`_select_dependent_rows` for callers outside this module (overrides)."""
+    _select_dependent_rows(data, origins, catalogue)
 
 
 def _select_dependent_rows(data: dict, origins: dict, catalogue: Path = DATA_DIR, warnings: list | None = None) -> None:

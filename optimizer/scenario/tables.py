@@ -9,9 +9,23 @@ from pydantic import BaseModel
 
 from optimizer.scenario import catalogue as rows
 from optimizer.scenario import sections
+from optimizer.sources import shipped_data_dir
 
-DATA_DIR = Path(__file__).resolve().parent.parent.parent / "data"
+DATA_DIR = shipped_data_dir()
 REFERENCE_SCENARIO = DATA_DIR / "scenarios" / "reference.yaml"
+
+
+def scenario_path(path) -> Path:
+    """A scenario file: the path given, or — where no such file exists and it is a bare name —
+    the shipped scenario of that name (`fleetplan scenarios`); none: the reference."""
+    if path is None:
+        return REFERENCE_SCENARIO
+    given = Path(path)
+    if not given.exists() and given.parent == Path("."):
+        shipped = DATA_DIR / "scenarios" / (given.name if given.suffix in (".yaml", ".yml") else f"{given.name}.yaml")
+        if shipped.is_file():
+            return shipped
+    return given
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,218 @@
+"""fleetplan export / import-deployment: manifests that validate against the vendored
+schemas, replicas and configs that survive the round trip, autoscaler bounds equal to the
+plan's committed and peak capacity, a rollout that never leaves a pool short, and bad input
+refused with nothing written."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from optimizer.cli import main
+from optimizer.errors import ScenarioError
+from optimizer.export import validate
+from optimizer.export.fleet import POOL_KEY, read_fleet
+from optimizer.export.rollout import steps
+from optimizer.scenario import DATA_DIR
+
+US_EAST = DATA_DIR / "scenarios" / "us-east.yaml"
+TINY = Path(__file__).parent / "data" / "tiny.yaml"  # colocated pools only
+DISAGGREGATED = ("dynamo", "llm-d", "vllm-stack")
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory):
+    root = tmp_path_factory.mktemp("export")
+    made = {"us-east": (US_EAST, []), "us-east-low": (US_EAST, ["--set", "demand.scale=0.7"]), "tiny": (TINY, [])}
+    for name, (scenario, extra) in made.items():
+        assert main(["plan", str(scenario), "--out", str(root / name), "--quiet", "--no-report", *extra]) == 0
+    return root
+
+
+@pytest.fixture(scope="module")
+def exported(plans):
+    """Every format of the plan that suits it: us-east (disaggregated) and tiny (colocated)."""
+    out = {}
+    for fmt, plan in [*((f, "us-east") for f in DISAGGREGATED), *((f, "tiny") for f in (*DISAGGREGATED, "skyserve"))]:
+        target = plans / f"{plan}-{fmt}"
+        assert main(["export", str(plans / plan), "--to", fmt, "--out", str(target)]) == 0
+        out[(fmt, plan)] = target
+    return out
+
+
+def manifest_kind(doc: dict) -> str:
+    if "servingEngineSpec" in doc:
+        return "production-stack values"
+    if "service" in doc and "resources" in doc:
+        return "SkyServe service"
+    return doc["kind"]
+
+
+def manifests_in(folder: Path):
+    for path in sorted(folder.glob("*/*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            yield path, doc
+
+
+def test_every_manifest_validates_against_its_vendored_schema(exported):
+    kinds = set()
+    for folder in exported.values():
+        for path, doc in manifests_in(folder):
+            validate.check(manifest_kind(doc), doc, str(path))
+            kinds.add(manifest_kind(doc))
+    assert kinds == set(validate.SCHEMAS)
+
+
+@pytest.mark.parametrize("kind, path", [
+    ("DynamoGraphDeployment", ("spec", "services", "*", "replicaCount")),
+    ("DynamoGraphDeploymentScalingAdapter", ("spec", "scalingPolicy", "ceiling")),
+    ("DynamoGraphDeploymentRequest", ("spec", "profilingConfig", "config", "sla", "p99")),
+    ("LLMInferenceService", ("spec", "parallelism", "tensorParallel")),
+    ("production-stack values", ("servingEngineSpec", "modelSpec", 0, "gpus")),
+    ("SkyServe service", ("service", "replica_policy", "ceiling")),
+])
+def test_a_field_the_schema_does_not_know_fails(exported, kind, path):
+    doc = next(d for folder in exported.values() for _, d in manifests_in(folder) if manifest_kind(d) == kind)
+    node = doc
+    for step in path[:-1]:
+        node = node[next(k for k in node if k != "Frontend")] if step == "*" else node[step]
+    node[path[-1]] = 1
+    with pytest.raises(ScenarioError, match=path[-1]):
+        validate.check(kind, doc, "edited.yaml")
+
+
+@pytest.mark.parametrize("fmt, plan", [*((f, "us-east") for f in DISAGGREGATED),
+                                       *((f, "tiny") for f in (*DISAGGREGATED, "skyserve"))])
+def test_export_then_import_round_trips_replicas_and_configs(plans, exported, fmt, plan):
+    folder = exported[(fmt, plan)]
+    fleet_dir = plans / f"imported-{plan}-{fmt}"
+    manifests = [str(p) for p in sorted(folder.glob("*/*.yaml"))]
+    assert main(["import-deployment", *manifests, "--out", str(fleet_dir), "--against", str(plans / plan)]) == 0
+    running = pd.read_csv(fleet_dir / "pools.csv", keep_default_na=False)
+    fleet = read_fleet(plans / plan)
+    t = tuple(yaml.safe_load((folder / "export.json").read_text())["slice"].split("/"))
+    t = (t[0], t[1], int(t[2]))
+    planned = {p.key: p.replicas.get(t, 0) for p in fleet.pools}
+    got = {tuple(r[k] for k in POOL_KEY): r["replicas"] for _, r in running.iterrows()}
+    assert got == planned
+    assert (pd.read_csv(fleet_dir / "against.csv")["difference"] == 0).all()
+    per_pool = {p.key: p for p in fleet.pools}
+    for _, r in running.iterrows():
+        p = per_pool[tuple(r[k] for k in POOL_KEY)]
+        assert (r["gpus_per_replica"], r["tp"], r["nodes"]) == (p.gpus, p.tp, p.nodes)
+
+
+def test_bounds_are_the_committed_and_peak_replicas_of_every_pool_and_hour(plans, exported):
+    """Recomputed here from pools.csv and procurement.csv: floor = the pool's share of the
+    committed GPUs, ceiling = its share of the busiest hour's GPUs (optimizer/export/bounds.py)."""
+    plan = plans / "us-east"
+    pools = pd.read_csv(plan / "pools.csv", keep_default_na=False)
+    pools = pools[pools["lost_site"] == ""]
+    proc = pd.read_csv(plan / "procurement.csv").set_index(["site", "gpu"])
+    per_node = {"b200": 8, "mi300x": 8, "h100-sxm": 8, "h200-sxm": 8, "l40s": 8}
+    used = (pools["replicas"] * pools["gpus_per_replica"]).groupby(
+        [pools["site"], pools["gpu"], pools["period"], pools["day_type"], pools["hour"]]).sum()
+    bounds = pd.concat(pd.read_csv(f, keep_default_na=False) for f in exported[("dynamo", "us-east")].glob("*/bounds.csv"))
+    checked = 0
+    for _, b in bounds.iterrows():
+        n = b["replicas"]
+        u = used.get((b["site"], b["gpu"], b["period"], b["day_type"], b["hour"]), 0)
+        committed = proc.loc[(b["site"], b["gpu"]), "reserved_nodes"] * per_node[b["gpu"]]
+        busiest = (proc.loc[(b["site"], b["gpu"]), "reserved_nodes"]
+                   + proc.loc[(b["site"], b["gpu"]), "ondemand_nodes_peak"]) * per_node[b["gpu"]]
+        expect_floor = int(n * min(1.0, committed / u)) if u else 0
+        expect_ceiling = int(n * busiest / u) if u else 0
+        assert (b["floor"], b["ceiling"]) == (expect_floor, expect_ceiling), b.to_dict()
+        assert b["floor"] <= n <= b["ceiling"]
+        checked += n > 0
+    assert checked > 20
+    # together the pools never hold more than the committed nodes (floor) or the peak's (ceiling)
+    gpus = bounds.assign(f=bounds["floor"] * bounds["config"].str.extract(r"/x(\d+)/")[0].astype(int),
+                         c=bounds["ceiling"] * bounds["config"].str.extract(r"/x(\d+)/")[0].astype(int))
+    for (site, gpu, *_), g in gpus.groupby(["site", "gpu", "period", "day_type", "hour"]):
+        reserved, peak = proc.loc[(site, gpu), ["reserved_nodes", "ondemand_nodes_peak"]]
+        assert g["f"].sum() <= reserved * per_node[gpu] and g["c"].sum() <= (reserved + peak) * per_node[gpu]
+    # the adapters' native bounds are those of the exported slice
+    slice_ = yaml.safe_load((exported[("dynamo", "us-east")] / "export.json").read_text())["slice"]
+    at = bounds[bounds[["period", "day_type", "hour"]].astype(str).agg("/".join, axis=1) == slice_]
+    native = {}
+    for _, doc in manifests_in(exported[("dynamo", "us-east")]):
+        if doc["kind"] == "DynamoGraphDeploymentScalingAdapter":
+            native[doc["metadata"]["annotations"]["fleetplan.io/config"],
+                   int(doc["metadata"]["annotations"]["fleetplan.io/tier"])] = doc["spec"]["scalingPolicy"]
+    for _, b in at.iterrows():
+        policy = native[(b["config"], b["tier"])]
+        assert policy["minReplicas"] == b["floor"] and policy.get("maxReplicas", 0) == b["ceiling"]
+
+
+def test_rollout_never_leaves_a_pool_below_its_objective(plans, tmp_path):
+    old, new = read_fleet(plans / "us-east-low"), read_fleet(plans / "us-east")
+    t = new.busiest_slice()
+    need = {"old": {p.key: p.replicas.get(t, 0) for p in old.pools},
+            "new": {p.key: p.replicas.get(t, 0) for p in new.pools}}
+    plan = steps(old, new, t)
+    assert [s.name for s in plan] == ["scale-up", "switch-routing", "scale-down"]
+    assert any(need["old"].get(k, 0) != n for k, n in need["new"].items())  # the plans differ
+    for step in plan:
+        for key, n in need[step.routing].items():
+            assert step.replicas.get(key, 0) >= n, (step.name, key)
+    assert plan[-1].replicas == {k: need["new"].get(k, 0) for k in plan[-1].replicas}
+    out = tmp_path / "rollout"
+    assert main(["export", str(plans / "us-east"), "--from-plan", str(plans / "us-east-low"), "--to", "dynamo",
+                 "--out", str(out)]) == 0
+    table = pd.read_csv(out / "rollout.csv", keep_default_na=False)
+    assert list(table["action"].drop_duplicates()) == ["scale-up", "switch-routing", "scale-down"]
+    up = table[table["action"] == "scale-up"]
+    assert (up["replicas_to"].astype(int) > up["replicas_from"].astype(int)).all()
+    fleet_dir = tmp_path / "step1"
+    assert main(["import-deployment", *map(str, (out / "steps" / "1-scale-up").glob("*/*.yaml")),
+                 "--out", str(fleet_dir)]) == 0
+    running = pd.read_csv(fleet_dir / "pools.csv", keep_default_na=False)
+    assert {tuple(r[k] for k in POOL_KEY): r["replicas"] for _, r in running.iterrows()} == plan[0].replicas
+
+
+def test_a_pool_the_format_cannot_express_is_refused_with_nothing_written(plans, capsys):
+    out = plans / "never"
+    assert main(["export", str(plans / "us-east"), "--to", "skyserve", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "pools.csv" in err and "field 'role'" in err and "decode pool" in err
+    assert not out.exists()
+
+
+def test_kv_transfer_rule_warns_and_strict_refuses(plans, capsys):
+    assert main(["export", str(plans / "us-east"), "--to", "llm-d", "--out", str(plans / "kv"), "--strict"]) == 2
+    assert "parallelism.tensor" in capsys.readouterr().err and not (plans / "kv").exists()
+
+
+def test_a_plan_folder_from_an_older_fleetplan_is_refused(plans, tmp_path, capsys):
+    old = tmp_path / "old"
+    shutil.copytree(plans / "tiny", old)
+    curves = pd.read_csv(old / "curves.csv")
+    curves.drop(columns=["speed"]).to_csv(old / "curves.csv", index=False)
+    assert main(["export", str(old), "--to", "dynamo", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "curves.csv" in err and "speed" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_out_replaces_only_a_previous_export(plans, exported, tmp_path, capsys):
+    again = exported[("dynamo", "tiny")]
+    assert main(["export", str(plans / "tiny"), "--to", "llm-d", "--out", str(again)]) == 0
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    assert main(["export", str(plans / "tiny"), "--to", "dynamo", "--out", str(mine)]) == 2
+    assert (mine / "notes.txt").read_text() == "keep"
+    assert main(["export", str(plans / "tiny"), "--to", "dynamo", "--out", str(tmp_path / "a"), "--slice", "Y/all/7"]) == 2
+    assert "--slice" in capsys.readouterr().err
+
+
+def test_import_refuses_what_it_cannot_read(tmp_path, capsys):
+    bad = tmp_path / "deploy.yaml"
+    bad.write_text("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n")
+    assert main(["import-deployment", str(bad), "--out", str(tmp_path / "fleet")]) == 2
+    assert "deploy.yaml" in capsys.readouterr().err and not (tmp_path / "fleet").exists()
