@@ -142,10 +142,13 @@ def test_bounds_are_the_committed_and_peak_replicas_of_every_pool_and_hour(plans
     native = {}
     for _, doc in manifests_in(exported[("dynamo", "us-east")]):
         if doc["kind"] == "DynamoGraphDeploymentScalingAdapter":
-            native[doc["metadata"]["annotations"]["fleetplan.io/config"],
-                   int(doc["metadata"]["annotations"]["fleetplan.io/tier"])] = doc["spec"]["scalingPolicy"]
+            meta = doc["metadata"]
+            key = (meta["labels"]["fleetplan.io/site"], meta["annotations"]["fleetplan.io/config"],
+                   int(meta["annotations"]["fleetplan.io/tier"]), int(meta["annotations"]["fleetplan.io/speed"]))
+            assert key not in native  # one adapter per pool
+            native[key] = doc["spec"]["scalingPolicy"]
     for _, b in at.iterrows():
-        policy = native[(b["config"], b["tier"])]
+        policy = native[(b["site"], b["config"], b["tier"], b["speed"])]
         assert policy["minReplicas"] == b["floor"] and policy.get("maxReplicas", 0) == b["ceiling"]
 
 
