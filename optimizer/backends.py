@@ -181,6 +181,25 @@ class HighsDirect:
     def forget_basis(self) -> None:
         self.highs.clearSolver()
 
+    def basis(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The last solve's simplex basis (column and row statuses), None without one."""
+        b = self.highs.getBasis()
+        if not b.valid:
+            return None
+        return (np.array([int(v) for v in b.col_status], dtype=np.int8),
+                np.array([int(v) for v in b.row_status], dtype=np.int8))
+
+    def set_basis(self, basis: tuple[np.ndarray, np.ndarray]) -> bool:
+        """Start the next solve from ``basis`` (`basis`) where it fits this program's size."""
+        cols, rows = basis
+        if len(cols) != self.lp.n_cols or len(rows) != self.lp.n_rows:
+            return False
+        b = highspy.HighsBasis()
+        b.col_status = [highspy.HighsBasisStatus(int(v)) for v in cols]
+        b.row_status = [highspy.HighsBasisStatus(int(v)) for v in rows]
+        b.valid = True
+        return self.highs.setBasis(b) == highspy.HighsStatus.kOk
+
     def set_start(self, cols: np.ndarray, values: np.ndarray) -> None:
         """A (partial) solution HiGHS starts its branch and bound from."""
         self.highs.setSolution(len(cols), cols, values)
@@ -277,6 +296,13 @@ class PyomoHighs:
 
     def forget_basis(self) -> None:
         self._dirty = True
+
+    def basis(self) -> None:
+        """No basis is read back through Pyomo's interface (this road is for checking)."""
+        return None
+
+    def set_basis(self, basis) -> bool:
+        return False
 
     def solve(self, seconds: float, gap: float, threads: int | None, watch=None, nodes: int | None = None) -> Outcome:
         """``watch`` is not called and ``nodes`` not counted: Pyomo's interface has neither (this

@@ -25,7 +25,7 @@ import multiprocessing
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -143,6 +143,7 @@ class RunSpec:
     mip_gap: float | None
     reuse: bool
     effort: str = "first"  # a sweep run stops at its first whole plan unless asked for more
+    basis: tuple | None = None  # the base run's final master basis, every run's start
 
 
 def run_batch(specs: list[RunSpec]) -> list[dict]:
@@ -154,10 +155,14 @@ def run_batch(specs: list[RunSpec]) -> list[dict]:
 
 
 def run_one(spec: RunSpec, cache=None) -> dict:
-    """Plan one run; never raises — a failure becomes a row with its status and diagnosis."""
+    """Plan one run, its master started from ``spec.basis`` where given; never raises — a failure
+    becomes a row with its status and diagnosis."""
     from optimizer.pipeline import plan_scenario, settings_from
     from optimizer.scenario import load_scenario
+    from optimizer.solve import ModelCache
 
+    cache = cache or ModelCache()
+    cache.start_basis = spec.basis
     start = time.perf_counter()
     row = {"run_id": run_id(spec.overrides), **spec.overrides}
     try:
@@ -260,8 +265,12 @@ def sweep(scenario=None, vary: dict[str, list] | None = None, mode: str = "grid"
     specs = [RunSpec(str(scenario) if scenario else None, o, time_limit_s, mip_gap, reuse, effort) for o in runs]
     done = _done(out_dir)
     finished = {r["run_id"] for r in done}
-    todo = [spec for spec in specs if run_id(spec.overrides) not in finished]
     rows = [r for r in done if r["run_id"] in {run_id(spec.overrides) for spec in specs}]
+    base, row, basis = _base_run(specs, finished)
+    if row is not None:
+        rows.append(row)
+        finished.add(row["run_id"])
+    todo = [replace(spec, basis=basis) for spec in specs if run_id(spec.overrides) not in finished]
     bar = _Progress(len(specs), len(rows)) if progress else None
     # with reuse a worker plans a batch in a row; no larger than an even share of the runs,
     # else one worker is left with the tail while the others idle
@@ -279,6 +288,21 @@ def sweep(scenario=None, vary: dict[str, list] | None = None, mode: str = "grid"
 
         write_sweep_report(table, vary, mode, out_dir)
     return table
+
+
+def _base_run(specs: list[RunSpec], finished: set) -> tuple[RunSpec | None, dict | None, tuple | None]:
+    """The base run (no overrides, else the first in run-id order) planned here from a cold
+    start: (its spec, its row unless already finished, its master's final basis — where every
+    other run's master starts, so that each run's result is the same in any order and on any
+    number of workers; the base run's own plan is the one a start from that basis gives)."""
+    from optimizer.solve import ModelCache
+
+    if len(specs) < 2:
+        return None, None, None
+    base = min(specs, key=lambda spec: (bool(spec.overrides), run_id(spec.overrides)))
+    cache = ModelCache()
+    row = run_one(base, cache)
+    return base, (None if run_id(base.overrides) in finished else row), cache.last_basis
 
 
 def _execute(batches: list[list[RunSpec]], executor: str, workers: int, scheduler: str | None):

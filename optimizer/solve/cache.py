@@ -18,12 +18,16 @@ from optimizer.units import Role
 
 
 class ModelCache:
-    def __init__(self):
+    def __init__(self, start_basis=None):
         self.signature = None
         self.lp = None
         self.backend = None
         self.reuses = 0
         self.closed: list[int] = []  # flow columns the last run's pool choice closed
+        # a sweep's runs start their master from the base run's final basis (the same start for
+        # every run, so that no run depends on the ones before it); the base run records it
+        self.start_basis = start_basis
+        self.last_basis = None
 
     def prepare(self, inst, exact: bool, coefficients: dict, largest: dict, backend: str) -> tuple[float, float]:
         """Ready a program for ``inst``; returns (build s, hand-off s) — zero build on reuse."""
@@ -75,6 +79,10 @@ class ModelCache:
         self.backend.apply([self.lp.set_params("gpu_reserve", gpus), self.lp.set_params("kw_room", kw_room)])
 
     # ------------------------------------------------------------------ solving
+    def start_from_basis(self) -> bool:
+        """The start basis, where one is given and fits the program."""
+        return self.start_basis is not None and self.backend.set_basis(self.start_basis)
+
     def start_from(self, plan) -> None:
         """A whole plan as HiGHS's starting point (`formulations.write_solution`)."""
         self.backend.set_start(*write_solution(self.lp, plan))
@@ -84,6 +92,7 @@ class ModelCache:
         """One solve; errors and time limits without any solution become planner-facing errors.
         ``watch`` and ``nodes``: see `optimizer.backends.HighsDirect.solve`."""
         out = self.backend.solve(seconds, gap, threads, watch, nodes)
+        self.last_basis = self.backend.basis() if not any(self.lp.col_integer) else None
         if out.status == "error" and not out.has_solution:
             raise NumericalTroubleError(
                 f"HiGHS stopped with an error during the {what} solve and no solution; "

@@ -168,6 +168,8 @@ def _reserve_room(ctx: Context, sol: Solution, coefficients: dict) -> None:
 
 def bound(ctx: Context, best: Candidate | None) -> Candidate | None:
     coefficients = at_sizes(ctx.inst, ctx.largest)
+    if ctx.cache.start_from_basis():
+        ctx.say("the master starts from the base run's basis")
     done = _master_solve(ctx, "bound", coefficients)
     if done is None:
         return best
