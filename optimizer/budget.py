@@ -15,8 +15,10 @@ Disaggregated (prefill and decode replicas apart):
     first token = d·U + d: the rest of the step the decode replica is in when the KV lands
         (uniform), then one step d
 Colocated (chunked prefill inside decode iterations):
-    X = τ·U + ⌈(s − cached)/C⌉·τ   (the rest of the running iteration τ, then a chunk per
-        iteration; the one carrying the last chunk emits the first token)
+    X = d·U + Σ_j mixed(b, min(C, new − j·C) at context cached + j·C)
+        (the rest of the running decode step d, then a chunk per iteration beside the b
+        sequences decoding; the one carrying the last chunk emits the first token —
+        `configs.chunked_prefill_s`)
 
 The p99 of the sum is not the sum of the stage p99s (`curves.tail`). The budget
 (`Waterfall`, `fleetplan budget`) is the path with no wait: the q-quantile of X, split into
@@ -30,10 +32,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.configs import ServingConfig, kv_bytes_per_token, make_replica
+from optimizer.configs import ServingConfig, chunked_prefill_s, kv_bytes_per_token, make_replica
 from optimizer.curves.lengths import LengthDistribution
 from optimizer.curves.prefill_batch import riding_pass_s
-from optimizer.curves.roofline import attention_flops, prefill_time_s
+from optimizer.curves.roofline import attention_flops, decode_step_time_s, prefill_time_s
 from optimizer.curves.tail import Law, law, lognormal_points, quantile_s
 from optimizer.curves.transfer import kv_transfer_time_s
 from optimizer.scenario import Scenario, Workload
@@ -101,6 +103,14 @@ class Stages:
         self.s = s
         self._prompts: dict = {}
         self._prefill: dict = {}
+        self._replicas: dict = {}
+
+    def replica(self, c: ServingConfig):
+        if c.id not in self._replicas:
+            w = self.s.workloads[c.workload]
+            self._replicas[c.id] = make_replica(self.s.models[w.model], self.s.accelerators[c.gpu], self.s.serving,
+                                                c.gpus, w.weight_dtype, w.kv_dtype)
+        return self._replicas[c.id]
 
     def prompts(self, workload: str) -> Prompts:
         if workload not in self._prompts:
@@ -113,9 +123,7 @@ class Stages:
         or, batching up to B new tokens, beside j = 0 … J others of the mix's mean new tokens
         (as many as fit beside it; J = ⌈B / mean new⌉, at most `MAX_RIDERS`)."""
         if c.id not in self._prefill:
-            w = self.s.workloads[c.workload]
-            r = make_replica(self.s.models[w.model], self.s.accelerators[c.gpu], self.s.serving, c.gpus,
-                             w.weight_dtype, w.kv_dtype)
+            r = self.replica(c)
             p = self.prompts(c.workload)
             passes = [np.asarray(prefill_time_s(r, p.tokens, p.cached), dtype=float)]
             if c.prefill_batch_tokens:
@@ -142,17 +150,15 @@ class Stages:
         return _stage_laws(ServingMode.DISAGGREGATED, self.prefill_passes(c), self.transfer_s(c.workload, nic_bytes_per_s),
                            self.prompts(c.workload).probs, decode_step_s, decode_step_s)
 
-    def colocated(self, c: ServingConfig, iteration_s: float) -> StageLaws:
-        """X of colocated config ``c`` whose iterations take ``iteration_s``."""
+    def colocated(self, c: ServingConfig, batch: float) -> StageLaws:
+        """X of colocated config ``c`` with ``batch`` sequences decoding beside its lane."""
+        w = self.s.workloads[c.workload]
         p = self.prompts(c.workload)
-        chunks = np.ceil(np.maximum(p.new, 1.0) / c.chunk_tokens) * iteration_s
-        return _stage_laws(ServingMode.COLOCATED, [chunks], np.zeros_like(chunks), p.probs, 0.0, iteration_s)
-
-    def of(self, c: ServingConfig, nic_bytes_per_s: float = 0.0, step_s: float = 0.0) -> StageLaws:
-        """`disaggregated` for a prefill config, `colocated` (at ``step_s`` per iteration) else."""
-        if c.role == Role.PREFILL:
-            return self.disaggregated(c, nic_bytes_per_s, step_s)
-        return self.colocated(c, step_s)
+        r = self.replica(c)
+        context = w.isl_mean_tokens + w.osl_mean_tokens / 2.0
+        lane = chunked_prefill_s(r, batch, context, p.tokens, p.cached, c.chunk_tokens)
+        step = float(decode_step_time_s(r, batch, context))
+        return _stage_laws(ServingMode.COLOCATED, [lane], np.zeros_like(lane), p.probs, 0.0, step)
 
 
 @dataclass(frozen=True)
@@ -248,7 +254,7 @@ def disaggregated(w: Workload, s: Scenario, rtt_ms: float, prefill: ServingConfi
 
 
 def colocated(w: Workload, s: Scenario, rtt_ms: float, config: ServingConfig, stages: Stages) -> Waterfall:
-    return waterfall(w, s, rtt_ms, stages.colocated(config, config.step_ms / MS_PER_S), config.id, config.id)
+    return waterfall(w, s, rtt_ms, stages.colocated(config, config.batch), config.id, config.id)
 
 
 def best_waterfall(w: Workload, s: Scenario, rtt_ms: float, configs: list[ServingConfig],

@@ -295,7 +295,7 @@ def _tier_pools(s: Scenario, factory: _PoolFactory, configs, gpus_at, handoff, r
                     for g in gpus_at[site]:
                         for c in configs[(k, g)]:
                             if c.role == Role.COLOCATED:
-                                paths = [(-1, (c.step_ms / 1e3,))]
+                                paths = [(-1, (float(c.batch),))]
                             elif c.role == Role.PREFILL:
                                 paths = [(h, (min(c.nic_bytes_per_s, handoff[(site, k, h)].nic_bytes_per_s),
                                               handoff[(site, k, h)].step_s))
