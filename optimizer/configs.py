@@ -317,14 +317,20 @@ def chunked_prefill_s(r: Replica, batch: float, context: float, tokens, cached, 
     iteration decoding ``batch`` sequences of mean ``context`` beside it:
 
         Σ_j mixed_step(b, context, min(C, new − j·C), cached + j·C).
-    """
+
+    A full chunk's iteration depends only on where it starts, so the full chunks are summed
+    once per distinct cached prefix (running sums over j) and each prompt adds its last."""
     s = np.atleast_1d(np.asarray(tokens, dtype=float))
     c = np.broadcast_to(np.asarray(cached, dtype=float), s.shape)
     new = np.maximum(s - c, 1.0)
-    j = np.arange(int(np.ceil(new.max() / chunk)))[None, :]
-    size = np.clip(new[:, None] - j * chunk, 0.0, chunk)
-    times = mixed_step_time_s(r, batch, context, np.maximum(size, 1.0), c[:, None] + j * chunk)
-    return np.sum(np.where(size > 0, times, 0.0), axis=1)
+    full = np.floor(new / chunk).astype(int)
+    rest = new - full * chunk
+    starts, which = np.unique(np.where(full > 0, c, -1.0), return_inverse=True)
+    j = np.arange(max(int(full.max()), 1))
+    runs = np.asarray(mixed_step_time_s(r, batch, context, chunk, np.maximum(starts, 0.0)[:, None] + j * chunk))
+    summed = np.concatenate((np.zeros((len(starts), 1)), np.cumsum(runs, axis=1)), axis=1)
+    last = np.asarray(mixed_step_time_s(r, batch, context, np.maximum(rest, 1.0), c + full * chunk))
+    return summed[which, full] + np.where(rest > 0, last, 0.0)
 
 
 def colocated_at(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving, chunk: int, batch: int) -> ServingConfig:

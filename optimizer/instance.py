@@ -274,6 +274,21 @@ class Handoff:
     step_s: float
 
 
+def _compact_stages(stages: Stages, c: ServingConfig, after: tuple, bases: dict) -> tuple[Law, tuple]:
+    """(X₀, riding laws) of an option compressed to `SLACK_POINTS`. A prefill config's laws
+    differ between hand-offs over one NIC only by the decode step added to every point, so
+    they are compressed once per NIC and shifted."""
+    if c.role != Role.PREFILL:
+        x = stages.colocated(c, *after)
+        return compress(x.alone, SLACK_POINTS), (compress(x.alone, SLACK_POINTS),)
+    nic, step = after
+    if (c.id, nic) not in bases:
+        x = stages.disaggregated(c, nic, 0.0)
+        bases[(c.id, nic)] = tuple(compress(r, SLACK_POINTS) for r in x.riding)
+    riding = tuple(r.shifted(step, step) for r in bases[(c.id, nic)])
+    return riding[0], riding
+
+
 def _tier_pools(s: Scenario, factory: _PoolFactory, configs, gpus_at, handoff, regimes,
                 stages: Stages) -> dict[tuple, list[int]]:
     """Per (regime, site, workload, tier) and accelerator, the colocated pool and — for each
@@ -284,6 +299,7 @@ def _tier_pools(s: Scenario, factory: _PoolFactory, configs, gpus_at, handoff, r
     classes = range(len(s.serving.decode_speeds))
     options: list[tuple[tuple, Option]] = []
     laws: dict = {}  # (config, hand-off) → (X₀, riding laws, the q-quantile of X₀ in ms)
+    bases: dict = {}  # (prefill config, NIC) → its stages before the decode step, compressed
     made: dict = {}  # (config, budget, hand-off) → its option
     for regime in regimes:
         for site in s.sites:
@@ -304,11 +320,8 @@ def _tier_pools(s: Scenario, factory: _PoolFactory, configs, gpus_at, handoff, r
                                 continue
                             for h, after in paths:
                                 if (c.id, after) not in laws:
-                                    x = stages.disaggregated(c, *after) if c.role == Role.PREFILL else \
-                                        stages.colocated(c, *after)
-                                    laws[(c.id, after)] = (compress(x.alone, SLACK_POINTS),
-                                                           tuple(compress(r, SLACK_POINTS) for r in x.riding),
-                                                           1e3 * quantile_s(x.alone, q))
+                                    alone, riding = _compact_stages(stages, c, after, bases)
+                                    laws[(c.id, after)] = (alone, riding, 1e3 * quantile_s(alone, q))
                                 if (c.id, budget, after) not in made:
                                     made[(c.id, budget, after)] = Option(c, *laws[(c.id, after)][:2], budget,
                                                                          laws[(c.id, after)][2], (budget, after))

@@ -80,9 +80,12 @@ def batch_prompts(arrival_rate, servers, mean_service_s, full_prompts=1.0, full_
     lam, n, s, kb = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in
                                           (arrival_rate, servers, mean_service_s, full_prompts)))
     sb = s if full_pass_s is None else np.broadcast_to(np.asarray(full_pass_s, dtype=float), s.shape)
-    if np.all(kb <= 1.0):
-        return np.ones_like(s)
-    lo, hi = (np.ones_like(s), np.maximum(kb, 1.0)) if bracket is None else bracket
+    out = np.ones(s.shape)
+    batching = kb > 1.0
+    if not batching.any():
+        return out
+    lam, n, s, kb, sb = (x[batching] for x in (lam, n, s, kb, sb))  # the others pass one prompt at a time
+    lo, hi = (np.ones_like(s), kb.copy()) if bracket is None else (bracket[0][batching], bracket[1][batching])
     for _ in range(iterations):  # the right side falls as k grows: bisection
         k = 0.5 * (lo + hi)
         per = per_prompt_s(k, s, kb, sb)
@@ -90,7 +93,8 @@ def batch_prompts(arrival_rate, servers, mean_service_s, full_prompts=1.0, full_
         taken = 1.0 + erlang_c(n, lam * per) * u * (queued_batch(u, kb) - 1.0)
         grow = np.minimum(kb, taken) > k
         lo, hi = np.where(grow, k, lo), np.where(grow, hi, k)
-    return 0.5 * (lo + hi)
+    out[batching] = 0.5 * (lo + hi)
+    return out
 
 
 def queued_batch(utilisation, full_prompts):
