@@ -268,7 +268,7 @@ class Mixtures:
         out = (1.0 - self.waits) * free + self.waits * waited
         return np.where(self.rate_per_s > 0, out, 1.0)
 
-    def quantiles_s(self, items: int, quantile: float = 0.99, steps: int = 44) -> np.ndarray:
+    def quantiles_s(self, items: int, quantile: float = 0.99, steps: int = 32) -> np.ndarray:
         """The q-quantile of each mixture (nan without components; inf when its saturated
         components alone hold more than 1 − q of its weight): a bisection run on all
         mixtures at once, from the smallest offset to a time every component has passed
@@ -420,7 +420,7 @@ def settled_batch(step_of, steps_per_request: float, rate_per_replica: float, sl
     if short(slots):
         return float(slots)
     lo, hi = 0.0, float(slots)
-    for _ in range(50):
+    for _ in range(32):
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if short(mid) else (lo, mid)
     return hi

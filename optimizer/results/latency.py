@@ -250,28 +250,57 @@ class Prediction:
         return path(self.s, rtt_ms, max(total_ms - stages_ms, 0.0), x, max(after, 0.0))
 
 
+@dataclass(frozen=True)
+class PoolRow:
+    """One pools.csv row, as `predict` reads it."""
+
+    site: str
+    workload: str
+    tier: int
+    role: str
+    speed: int
+    config: str
+    period: str
+    day_type: str
+    hour: int
+    replicas: int
+    requests_per_s: float
+
+
+def _rows(pools: pd.DataFrame) -> list[PoolRow]:
+    columns = [f.name for f in PoolRow.__dataclass_fields__.values()]
+    values = [pools[c].tolist() for c in columns]
+    return [PoolRow(site, k, int(tier), role, int(speed), config, period, day, int(hour), round(n), float(lam))
+            for site, k, tier, role, speed, config, period, day, hour, n, lam in zip(*values)]
+
+
 def predict(s, configs: dict[str, ServingConfig | None], pools: pd.DataFrame) -> Prediction:
     """The `Prediction` of a plan's nominal pools (pools.csv rows: site, workload, tier,
     role, speed, config, period, day_type, hour, replicas, requests_per_s) with the plan's
     configs (None: a config that no longer fits — its pools serve nothing)."""
     out = Prediction(s, Predictor(s, configs))
-    entries = []  # (tier key, pool row, share of the tier, [(decode share, Steps, config)] | colocated Steps)
-    for key, rows in pools.groupby(["site", "workload", *SLICE], sort=True):
-        site, k, *slice_ = key
+    groups: dict = defaultdict(list)
+    for row in _rows(pools):
+        groups[(row.site, row.workload, row.period, row.day_type, row.hour)].append(row)
+    entries = []  # (tier key, pool row, share of the tier, [(decode share, (row, Steps, config))])
+    for (site, k, *slice_), rows in sorted(groups.items()):
         ptm = s.peak_to_mean(k)
         decode = defaultdict(list)
-        for row in rows[rows["role"] == Role.DECODE].itertuples():
-            c = configs.get(row.config)
-            steps = out.predictor.decode_steps(c, ptm * row.requests_per_s, int(row.replicas)) \
-                if c is not None and row.replicas > 0 else None
-            decode[int(row.speed)].append((row, steps, c))
-        for tier, tier_rows in rows[rows["role"] != Role.DECODE].groupby("tier"):
-            tier_rows = tier_rows[tier_rows["requests_per_s"] > 0]
-            share = _shares(tier_rows["requests_per_s"], tier_rows["replicas"]) if len(tier_rows) else []
-            for row, w in zip(tier_rows.itertuples(), share):
-                after = decode.get(int(row.speed), [])
+        tiers = defaultdict(list)
+        for row in rows:
+            if row.role == Role.DECODE:
+                c = configs.get(row.config)
+                steps = out.predictor.decode_steps(c, ptm * row.requests_per_s, row.replicas) \
+                    if c is not None and row.replicas > 0 else None
+                decode[row.speed].append((row, steps, c))
+            elif row.requests_per_s > 0:
+                tiers[row.tier].append(row)
+        for tier, tier_rows in sorted(tiers.items()):
+            share = _shares([r.requests_per_s for r in tier_rows], [r.replicas for r in tier_rows])
+            for row, w in zip(tier_rows, share):
+                after = decode.get(row.speed, [])
                 split = _shares([r.requests_per_s for r, _, _ in after], [r.replicas for r, _, _ in after]) if after else []
-                entries.append(((site, k, int(tier), *slice_), row, w, list(zip(split, after))))
+                entries.append(((site, k, tier, *slice_), row, w, list(zip(split, after))))
     _add_entries(out, s, configs, entries)
     return out
 
