@@ -22,11 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
+from optimizer.budget import Stages
 from optimizer.configs import make_replica, prefill_config
 from optimizer.curves.lengths import LengthDistribution
 from optimizer.curves.prefill_batch import pass_time_s
-from optimizer.curves.queueing import wait_quantile_s
+from optimizer.curves.queueing import wait_law
 from optimizer.curves.roofline import prefill_time_s
+from optimizer.curves.tail import geometric_weights, law, sojourn_quantile_s
 from optimizer.folder.write import write_plan
 from optimizer.pipeline import make_plan
 from optimizer.scenario import load_scenario
@@ -36,10 +38,23 @@ QUEUE_CASES = [("code-completion", "h100-sxm", 4, 2048), ("code-completion", "h1
                ("chat", "b200", 8, 8192)]
 
 
+def pool_p99_s(stages: Stages, c, lam: float, servers: int) -> float:
+    """The predicted p99 of a batching pool's wait + the pass a prompt rides in (the tail of
+    the sum, `optimizer.curves.tail`): alone when it found a server free, beside a geometric
+    count of others when it waited."""
+    kw = c.batching()
+    wait = wait_law(lam, servers, c.service_mean_s, c.service_scv, kw["full_prompts"], kw["full_pass_s"])
+    p, passes = stages.prompts(c.workload), stages.prefill_passes(c)
+    weights = geometric_weights(float(wait.queued) - 1.0, len(passes))
+    riding = law(np.concatenate(passes), np.concatenate([p.probs * x for x in weights]))
+    return sojourn_quantile_s(float(wait.waits), float(wait.rate_per_s), law(passes[0], p.probs), riding)
+
+
 def queue_table(requests: int = 40_000) -> str:
     """Predicted p99 (wait + the pass a prompt rides in) against the simulated p99 of arrival
     to the end of its pass, at 50 / 70 / 85 % of the full-pass capacity."""
     s, _ = load_scenario()
+    stages = Stages(s)
     rows = ["| workload, replica, budget | prompts per full pass | capacity × one at a time | servers | load | "
             "simulated p99 (ms) | predicted p99 (ms) | predicted / simulated |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     rng = np.random.default_rng(1)
@@ -55,12 +70,11 @@ def queue_table(requests: int = 40_000) -> str:
                 t = np.cumsum(rng.exponential(1 / lam, requests))
                 tokens = lengths.sample(rng, requests)
                 cached = np.where(rng.random(requests) < w.prompt_cache_hit_rate,
-                                  np.minimum(tokens, w.shared_prefix_tokens), 0)
+                                  np.minimum(tokens - 1, w.shared_prefix_tokens), 0)
                 _, end = fifo_pool(t, n, prefill_time_s(r, tokens, cached), tokens=tokens, cached=cached,
                                    batch_tokens=budget, batch_service=lambda x, y: pass_time_s(r, x, y))
                 simulated = 1e3 * np.quantile((end - t)[requests // 10:], 0.99)
-                predicted = 1e3 * float(wait_quantile_s(lam, n, c.service_mean_s, c.service_scv, 0.99,
-                                                        **c.batching())) + c.prefill_p99_ms
+                predicted = 1e3 * pool_p99_s(stages, c, lam, n)
                 rows.append(f"| {k}, {gpu} ×{tp}, {budget:,} | {c.batch_prompts:.2f} | "
                             f"{c.lane_rps() * c.service_mean_s:.2f} | {n} | {load:.0%} | {simulated:,.1f} | "
                             f"{predicted:,.1f} | {predicted / simulated:.2f} |")

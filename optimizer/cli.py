@@ -185,7 +185,7 @@ def cmd_validate(args) -> int:
 @command("budget", "TTFT budget waterfall for a metro, a site and a workload", flags.budget)
 def cmd_budget(args) -> int:
     from optimizer.budget import best_waterfall
-    from optimizer.configs import kv_bytes_per_token, workload_configs
+    from optimizer.configs import workload_configs
     from optimizer.errors import unknown_id_message
     from optimizer.network import build_graph, rtt_matrix
 
@@ -203,7 +203,7 @@ def cmd_budget(args) -> int:
     w = s.workloads[args.workload]
     m = s.models[w.model]
     configs = [c for g in gpus for c in workload_configs(w, m, s.accelerators[g], s.serving)]
-    best = best_waterfall(w, s, float(rtt), configs, kv_bytes_per_token(w, m))
+    best = best_waterfall(w, s, float(rtt), configs)
     if best is None:
         raise ScenarioError(f"{w.model} cannot be served on {', '.join(gpus)} within the {w.itl_p99_ms:g} ms ITL objective")
     out = {"metro": args.metro, "site": args.site, "gpus": gpus, **best.as_dict()}
@@ -214,7 +214,7 @@ def cmd_budget(args) -> int:
           + (f" → {best.decode_config}" if best.mode == "disaggregated" else "") + ")")
     spent = 0.0
     for key, label in (("rtt_ms", "network round trip"), ("overhead_ms", "tokenise + safety + admission"),
-                       ("prefill_ms", "prefill of the p99 prompt"), ("kv_transfer_ms", "KV transfer"),
+                       ("prefill_ms", "prefill"), ("kv_transfer_ms", "KV transfer"),
                        ("first_token_ms", "first token (join + step)")):
         spent += out[key]
         print(f"  {label:32s} {out[key]:8.1f} ms   (cumulative {spent:7.1f})")

@@ -311,34 +311,58 @@ def _colocated_ceiling(w: Workload, r: Replica, s: Serving) -> int:
     return int(max_concurrency(r, w.isl_mean_tokens + w.osl_mean_tokens, share))
 
 
+def chunked_prefill_s(r: Replica, batch: float, context: float, tokens, cached, chunk: int) -> np.ndarray:
+    """Time a colocated replica's prefill lane spends on each prompt: its new tokens in
+    chunks of C, the j-th at context cached + j·C, the last one only what is left — each
+    iteration decoding ``batch`` sequences of mean ``context`` beside it:
+
+        Σ_j mixed_step(b, context, min(C, new − j·C), cached + j·C).
+
+    A full chunk's iteration depends only on where it starts, so the full chunks are summed
+    once per distinct cached prefix (running sums over j) and each prompt adds its last."""
+    s = np.atleast_1d(np.asarray(tokens, dtype=float))
+    c = np.broadcast_to(np.asarray(cached, dtype=float), s.shape)
+    new = np.maximum(s - c, 1.0)
+    full = np.floor(new / chunk).astype(int)
+    rest = new - full * chunk
+    starts, which = np.unique(np.where(full > 0, c, -1.0), return_inverse=True)
+    j = np.arange(max(int(full.max()), 1))
+    runs = np.asarray(mixed_step_time_s(r, batch, context, chunk, np.maximum(starts, 0.0)[:, None] + j * chunk))
+    summed = np.concatenate((np.zeros((len(starts), 1)), np.cumsum(runs, axis=1)), axis=1)
+    last = np.asarray(mixed_step_time_s(r, batch, context, np.maximum(rest, 1.0), c + full * chunk))
+    return summed[which, full] + np.where(rest > 0, last, 0.0)
+
+
 def colocated_at(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving, chunk: int, batch: int) -> ServingConfig:
     """A colocated replica at batch ``batch``.
 
-    iteration(b) = decode step + a C-token chunk (`mixed_step_time_s`); ITL p99 = tail ·
-    iteration; a prompt of s tokens takes ⌈(s − cached)/C⌉ iterations (the prefill lane's
-    service time); decode requests/s = ρ_max · b / (osl_mean · iteration).
+    iteration(b) = decode step + a full C-token chunk at mid-prompt (`mixed_step_time_s`);
+    ITL p99 = tail · iteration; a prompt's lane time is its chunks' iterations
+    (`chunked_prefill_s`; the prefill lane's service time); decode requests/s =
+    ρ_max · b / (osl_mean · iteration).
 
-    Input share of the busy time (an estimate): a request's chunks cost n̄ · (iteration −
-    step(b)) with n̄ = mean service / iteration, its tokens osl · step(b) / b; the share is
-    the first over the sum.
+    Input share of the busy time (an estimate): a request's chunks cost its lane time less
+    as many decode steps, its tokens osl · step(b) / b; the share is the first over the sum.
     """
     isl, _ = _lengths(w, m)
     context = w.isl_mean_tokens + w.osl_mean_tokens / 2.0
     iteration = float(_iteration(w, r, chunk)(batch))
 
     def service(tokens, cached):
-        return np.ceil(np.maximum(np.asarray(tokens) - np.asarray(cached), 1.0) / chunk) * iteration
+        return chunked_prefill_s(r, batch, context, tokens, cached, chunk)
 
     cached_p99 = p99_cached_tokens(w.prompt_cache_hit_rate, w.shared_prefix_tokens, w.slo_attainment)
     mean_s, scv = service_moments(service, isl, w.prompt_cache_hit_rate, w.shared_prefix_tokens)
     decode_step = float(decode_step_time_s(r, batch, context))
-    prompt_s = mean_s / iteration * max(iteration - decode_step, 0.0)
+    chunks = service_moments(lambda t, c: np.ceil(np.maximum(np.asarray(t) - c, 1.0) / chunk), isl,
+                             w.prompt_cache_hit_rate, w.shared_prefix_tokens)[0]
+    prompt_s = max(mean_s - chunks * decode_step, 0.0)
     tokens_s = w.osl_mean_tokens * decode_step / batch
     return ServingConfig(
         **_base(w, a, r, "colocated", f"colocated-c{chunk}", s),
         input_share=prompt_s / (prompt_s + tokens_s),
         batch=batch, chunk_tokens=chunk,
-        prefill_p99_ms=float(service(w.isl_p99_tokens, cached_p99)) * 1e3,
+        prefill_p99_ms=float(service(w.isl_p99_tokens, cached_p99)[0]) * 1e3,
         service_mean_s=mean_s, service_scv=scv,
         step_ms=iteration * 1e3, itl_p99_ms=s.itl_tail_factor * iteration * 1e3,
         decode_rps=s.decode_max_utilization * batch / (w.osl_mean_tokens * iteration),

@@ -6,8 +6,8 @@ from collections import defaultdict
 
 import pandas as pd
 
-from optimizer.budget import best_waterfall
-from optimizer.configs import decode_floor_ms, kv_bytes_per_token, workload_configs
+from optimizer.budget import Stages, best_waterfall
+from optimizer.configs import decode_floor_ms, workload_configs
 from optimizer.fleet import Solution, committed_nodes, site_kw
 from optimizer.instance import Instance
 from optimizer.scenario import Scenario
@@ -18,6 +18,7 @@ def unreachable_reasons(s: Scenario, inst: Instance, rtt: pd.DataFrame) -> list[
     """One line per (metro, workload) no site can serve within its objectives."""
     lines = []
     configs_at: dict = {}
+    stages = Stages(s)
     for item in inst.unreachable:
         m, k = item["metro"], item["workload"]
         w = s.workloads[k]
@@ -33,7 +34,7 @@ def unreachable_reasons(s: Scenario, inst: Instance, rtt: pd.DataFrame) -> list[
         for site in s.sites:
             if (site, k) not in configs_at:
                 configs_at[(site, k)] = [c for g in s.supply.get(site, {}) for c in workload_configs(w, model, s.accelerators[g], s.serving)]
-            wf = best_waterfall(w, s, float(rtt.loc[m, site]), configs_at[(site, k)], kv_bytes_per_token(w, model))
+            wf = best_waterfall(w, s, float(rtt.loc[m, site]), configs_at[(site, k)], stages)
             if wf is not None and (best is None or wf.queue_budget_ms > best[1].queue_budget_ms):
                 best = (site, wf)
         if best is None:

@@ -9,10 +9,11 @@ An `Instance` is plain data (tuples, dicts, numpy arrays) — the only contract
 * **serving configs** per workload and accelerator (`optimizer.configs`), pre-screened for
   memory fit and ITL;
 * **latency tiers**: a metro routes to site s in the tier whose RTT bound is the smallest
-  ≥ RTT(m, s); the tier's pool budget is TTFT − overheads − bound, shared by the queue, the
-  prefill of the p99 prompt and (disaggregated) the hand-off to decode;
+  ≥ RTT(m, s); the tier's pool budget is TTFT − overheads − bound, shared by the wait and the
+  stages after it (prefill, and disaggregated the KV transfer and the decode side's first
+  step) — in the tail of their sum (`optimizer.budget`, `curves.tail`), not stage by stage;
 * **pools**: per (regime, site, workload, tier, accelerator) a prefill pool and a colocated
-  pool, each with the best config for its queueing budget and its SLO capacity table f(n);
+  pool, each with the best config for its tier's budget and its SLO capacity table f(n);
   per (site, workload, accelerator) a decode pool;
 * **arcs** (metro, site, workload, tier) only where some pool of that tier exists, at most
   the K nearest sites per (metro, workload);
@@ -29,11 +30,12 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from optimizer.budget import first_token_ms, transfer_ms
+from optimizer.budget import Stages
 from optimizer.configs import ServingConfig, kv_bytes_per_token, workload_configs
 from optimizer.contracts import TERMS
 from optimizer.curves.economics import owned_usd_per_node_hour
-from optimizer.curves.queueing import capacity_table, slo_capacity_rps
+from optimizer.curves.queueing import slo_capacity_rps
+from optimizer.curves.tail import Law, SlackTable, compress, quantile_s, slack_table, stack
 from optimizer.curves.transfer import kv_transfer_time_s
 from optimizer.demand import build_demand, build_slices
 from optimizer.scenario import Scenario
@@ -73,7 +75,9 @@ class Pool:
     """Replicas of one config serving one tier (prefill, colocated) or one site (decode).
 
     ``table`` holds the SLO capacity f(n) for n = 1 … len(table) in requests/s (prefill and
-    colocated); ``decode_rps`` is a replica's decode capacity in requests/s.
+    colocated); ``decode_rps`` is a replica's decode capacity in requests/s;
+    ``queue_budget_ms`` what the tier's budget leaves for queueing beyond the q-quantile of
+    the stages after the wait (the pool's table counts wait and stages together).
     """
 
     id: int
@@ -164,103 +168,182 @@ def _ttft(s: Scenario, k: str, regime: str) -> float:
     return s.workloads[k].ttft_p99_ms * factor
 
 
-def _per_gpu_scores(options: list[tuple[ServingConfig, float]], s: Scenario) -> np.ndarray:
-    """Requests/s per GPU of a pool of REFERENCE_POOL_REPLICAS replicas of each config at its
-    queueing budget (colocated: also limited by its decode side) — how configs compete."""
+SLACK_POINTS = 128  # points of a stage law in a capacity table's slack (the tail finely)
+
+
+@dataclass(frozen=True)
+class Option:
+    """A config sized for a tier: its stages after the wait (compressed to `SLACK_POINTS`;
+    X₀ and the riding laws, `optimizer.budget.StageLaws`), the tier's budget (ms) and the
+    q-quantile of the stages alone (ms)."""
+
+    config: ServingConfig
+    alone: Law
+    riding: tuple
+    budget_ms: float
+    stages_ms: float
+    key: tuple  # what its capacity table depends on besides the config: the budget and the hand-off
+
+    @functools.cached_property
+    def slack(self) -> SlackTable:
+        return slack_table(self.alone, list(self.riding), self.budget_ms / 1e3)
+
+    @property
+    def queue_ms(self) -> float:
+        """What the budget leaves for queueing beyond the q-quantile of the stages (< 0: the
+        tier is out of reach)."""
+        return self.budget_ms - self.stages_ms
+
+
+def _capacity_args(c: ServingConfig) -> tuple[float, float]:
+    """(k_B, S_B) of a config's prefill lane for `curves.queueing` (1 and S̄ unbatched)."""
+    batching = c.batching()
+    return batching.get("full_prompts", 1.0), batching.get("full_pass_s", c.service_mean_s)
+
+
+def _per_gpu_scores(options: list[Option], s: Scenario) -> np.ndarray:
+    """Requests/s per GPU of a pool of REFERENCE_POOL_REPLICAS replicas of each option at its
+    tier's budget (colocated: also limited by its decode side) — how configs compete."""
     if not options:
         return np.zeros(0)
     n = REFERENCE_POOL_REPLICAS
+    args = np.array([_capacity_args(o.config) for o in options])
     cap = slo_capacity_rps(
         n,
-        [c.service_mean_s for c, _ in options],
-        [c.service_scv for c, _ in options],
-        [b / 1e3 for _, b in options],
+        np.array([o.config.service_mean_s for o in options]),
+        np.array([o.config.service_scv for o in options]),
+        stack([o.slack for o in options]),
         s.serving.prefill_max_utilization,
-        [s.workloads[c.workload].slo_attainment for c, _ in options],
-        [c.batch_prompts for c, _ in options],
-        [c.batch_pass_ms / 1e3 if c.prefill_batch_tokens else c.service_mean_s for c, _ in options],
+        np.array([s.workloads[o.config.workload].slo_attainment for o in options]),
+        args[:, 0], args[:, 1], law=np.arange(len(options)),
     ) / n
-    decode = np.array([c.decode_rps if c.role == Role.COLOCATED else np.inf for c, _ in options])
-    gpus = np.array([c.gpus for c, _ in options], dtype=float)
+    decode = np.array([o.config.decode_rps if o.config.role == Role.COLOCATED else np.inf for o in options])
+    gpus = np.array([o.config.gpus for o in options], dtype=float)
     return np.minimum(cap, decode) / gpus
 
 
-@functools.lru_cache(maxsize=4096)
-def _capacity_table(size: int, mean_service_s: float, service_scv: float, wait_budget_s: float, max_utilization: float,
-                    attainment: float, full_prompts: float, full_pass_s: float | None) -> np.ndarray:
-    """`capacity_table`, kept per process: sweeps and re-plans build the same tables again and
-    again (a batching pool's table is two nested bisections). Read-only, as it is shared."""
-    table = capacity_table(size, mean_service_s, service_scv, wait_budget_s, max_utilization, attainment,
-                           full_prompts, full_pass_s)
-    table.setflags(write=False)
-    return table
-
-
 class _PoolFactory:
-    """Builds pools; SLO capacity tables are cached by (config, budget in whole ms)."""
+    """Builds pools; SLO capacity tables are made for many options at once (`prepare`) and
+    kept by (config, budget, hand-off)."""
 
     def __init__(self, s: Scenario, peak_load: dict[str, float]):
         self.s = s
         self.peak_load = peak_load
         self.pools: list[Pool] = []
-        self._tables: dict[tuple[str, float], np.ndarray] = {}
+        self._tables: dict[tuple, np.ndarray] = {}
 
-    def table(self, c: ServingConfig, budget_ms: float) -> np.ndarray:
-        key = (c.id, budget_ms)
-        if key not in self._tables:
-            # enough replicas to carry the workload's whole peak at half the utilisation cap
-            rho = self.s.serving.prefill_max_utilization
-            size = math.ceil(self.peak_load[c.workload] / c.lane_rps() / (0.5 * rho)) + 8
-            batching = c.batching()
-            self._tables[key] = _capacity_table(
-                min(size, self.s.serving.max_pool_replicas), c.service_mean_s, c.service_scv, budget_ms / 1e3,
-                rho, self.s.workloads[c.workload].slo_attainment, batching.get("full_prompts", 1.0),
-                batching.get("full_pass_s"))
-        return self._tables[key]
+    def _size(self, c: ServingConfig) -> int:
+        """Enough replicas to carry the workload's whole peak at half the utilisation cap."""
+        rho = self.s.serving.prefill_max_utilization
+        return min(math.ceil(self.peak_load[c.workload] / c.lane_rps() / (0.5 * rho)) + 8,
+                   self.s.serving.max_pool_replicas)
 
-    def add(self, role, regime, site, k, tier, c: ServingConfig, budget_ms: float = 0.0, speed: int = -1) -> int:
-        table = self.table(c, budget_ms) if role != Role.DECODE else None
-        self.pools.append(Pool(len(self.pools), role, regime, site, k, tier, c.gpu, c, budget_ms, table, c.decode_rps,
-                               speed, self.s.peak_to_mean(k)))
+    def prepare(self, options: list[Option]) -> None:
+        """The capacity tables f(1 … size) of ``options`` not made yet, in one vectorised call."""
+        todo = list({(o.config.id, o.key): o for o in options if (o.config.id, o.key) not in self._tables}.values())
+        if not todo:
+            return
+        sizes = np.array([self._size(o.config) for o in todo])
+        which = np.repeat(np.arange(len(todo)), sizes)
+        n = np.concatenate([np.arange(1, size + 1) for size in sizes])
+        args = np.array([_capacity_args(o.config) for o in todo])
+        caps = slo_capacity_rps(
+            n, np.array([o.config.service_mean_s for o in todo])[which],
+            np.array([o.config.service_scv for o in todo])[which], stack([o.slack for o in todo]),
+            self.s.serving.prefill_max_utilization,
+            np.array([self.s.workloads[o.config.workload].slo_attainment for o in todo])[which],
+            args[which, 0], args[which, 1], law=which)
+        for o, table in zip(todo, np.split(caps, np.cumsum(sizes)[:-1])):
+            table.setflags(write=False)
+            self._tables[(o.config.id, o.key)] = table
+
+    def add(self, role, regime, site, k, tier, c: ServingConfig, option: Option | None = None, speed: int = -1) -> int:
+        table = queue_ms = None
+        if option is not None:
+            self.prepare([option])
+            table, queue_ms = self._tables[(c.id, option.key)], option.queue_ms
+        self.pools.append(Pool(len(self.pools), role, regime, site, k, tier, c.gpu, c, queue_ms or 0.0, table,
+                               c.decode_rps, speed, self.s.peak_to_mean(k)))
         return len(self.pools) - 1
 
 
-def _tier_pools(s: Scenario, factory: _PoolFactory, configs, gpus_at, handoff, regimes) -> dict[tuple, list[int]]:
+@dataclass(frozen=True)
+class Handoff:
+    """What a prefill pool hands its prompts to: the decode replicas of one speed class at a
+    site — the slowest NIC among them and their slowest operating step (sizing takes the
+    worst of the class)."""
+
+    nic_bytes_per_s: float
+    step_s: float
+
+
+def _compact_stages(stages: Stages, c: ServingConfig, after: tuple, bases: dict) -> tuple[Law, tuple]:
+    """(X₀, riding laws) of an option compressed to `SLACK_POINTS`. A prefill config's laws
+    differ between hand-offs over one NIC only by the decode step added to every point, so
+    they are compressed once per NIC and shifted."""
+    if c.role != Role.PREFILL:
+        x = stages.colocated(c, *after)
+        return compress(x.alone, SLACK_POINTS), (compress(x.alone, SLACK_POINTS),)
+    nic, step = after
+    if (c.id, nic) not in bases:
+        x = stages.disaggregated(c, nic, 0.0)
+        bases[(c.id, nic)] = tuple(compress(r, SLACK_POINTS) for r in x.riding)
+    riding = tuple(r.shifted(step, step) for r in bases[(c.id, nic)])
+    return riding[0], riding
+
+
+def _tier_pools(s: Scenario, factory: _PoolFactory, configs, gpus_at, handoff, regimes,
+                stages: Stages) -> dict[tuple, list[int]]:
     """Per (regime, site, workload, tier) and accelerator, the colocated pool and — for each
     decode speed class — the prefill pool of the config with the most capacity per GPU at
-    that tier's queueing budget (budget = tier budget − prefill of the p99 prompt [− the
-    class's hand-off], floored to whole ms)."""
+    that tier's budget (TTFT − overheads − the tier's RTT bound, for the wait and the stages
+    after it together); a config whose stages alone miss the budget in more than 1 − q of
+    the requests is not offered."""
     classes = range(len(s.serving.decode_speeds))
-    options: list[tuple[tuple, ServingConfig, float]] = []
+    options: list[tuple[tuple, Option]] = []
+    laws: dict = {}  # (config, hand-off) → (X₀, riding laws, the q-quantile of X₀ in ms)
+    bases: dict = {}  # (prefill config, NIC) → its stages before the decode step, compressed
+    made: dict = {}  # (config, budget, hand-off) → its option
     for regime in regimes:
         for site in s.sites:
             for k in s.workloads:
                 ttft = _ttft(s, k, regime)
+                q = s.workloads[k].slo_attainment
                 for tier, bound in enumerate(s.serving.tier_rtt_ms):
-                    pool_budget = ttft - s.serving.fixed_overhead_ms - bound
+                    budget = ttft - s.serving.fixed_overhead_ms - bound
                     for g in gpus_at[site]:
                         for c in configs[(k, g)]:
                             if c.role == Role.COLOCATED:
-                                paths = [(-1, pool_budget - c.prefill_p99_ms)]
+                                paths = [(-1, (float(c.batch),))]
                             elif c.role == Role.PREFILL:
-                                paths = [(h, pool_budget - c.prefill_p99_ms - handoff[(site, k, h)])
+                                paths = [(h, (min(c.nic_bytes_per_s, handoff[(site, k, h)].nic_bytes_per_s),
+                                              handoff[(site, k, h)].step_s))
                                          for h in classes if (site, k, h) in handoff]
                             else:
                                 continue
-                            options += [((regime, site, k, tier, g, c.role, h), c, float(math.floor(b)))
-                                        for h, b in paths if b >= 0]
-    unique = sorted({(c.id, b): (c, b) for _, c, b in options}.items())
-    scores = dict(zip((key for key, _ in unique), _per_gpu_scores([v for _, v in unique], s)))
-    best: dict[tuple, tuple[float, ServingConfig, float]] = {}
-    for key, c, budget in options:
-        score = scores[(c.id, budget)]
+                            for h, after in paths:
+                                if (c.id, after) not in laws:
+                                    alone, riding = _compact_stages(stages, c, after, bases)
+                                    laws[(c.id, after)] = (alone, riding, 1e3 * quantile_s(alone, q))
+                                if (c.id, budget, after) not in made:
+                                    made[(c.id, budget, after)] = Option(c, *laws[(c.id, after)][:2], budget,
+                                                                         laws[(c.id, after)][2], (budget, after))
+                                o = made[(c.id, budget, after)]
+                                if o.queue_ms >= 0:
+                                    options.append(((regime, site, k, tier, g, c.role, h), o))
+    unique = sorted({(o.config.id, o.key): o for _, o in options}.items())
+    scores = dict(zip((key for key, _ in unique), _per_gpu_scores([o for _, o in unique], s)))
+    best: dict[tuple, tuple[float, Option]] = {}
+    for key, o in options:
+        score = scores[(o.config.id, o.key)]
         if score > 0 and (key not in best or score > best[key][0]):
-            best[key] = (score, c, budget)
+            best[key] = (score, o)
+    factory.prepare([o for _, o in best.values()])
     out: dict[tuple, list[int]] = defaultdict(list)
     for key in sorted(best):
         regime, site, k, tier, _, role, h = key
-        _, c, budget = best[key]
-        out[(regime, site, k, tier)].append(factory.add(role, regime, site, k, tier, c, budget, h))
+        _, o = best[key]
+        out[(regime, site, k, tier)].append(factory.add(role, regime, site, k, tier, o.config, o, h))
     return dict(out)
 
 
@@ -303,9 +386,10 @@ def build_instance(s: Scenario, rtt: pd.DataFrame) -> Instance:
     factory = _PoolFactory(s, _peak_load(s, demand_df))
     regimes = [NOMINAL, RELAXED] if s.policy.n_minus_1 else [NOMINAL]
 
-    # decode pools per speed class, and the hand-off each (site, workload, class) budgets for
+    # decode pools per speed class, and the hand-off each (site, workload, class) sizes its prefill pools for
     decode_pools: dict[tuple, list[int]] = {}
-    handoff: dict[tuple, float] = {}
+    handoff: dict[tuple, Handoff] = {}
+    handoff_ms: dict[tuple, float] = {}
     transfer: dict[tuple[str, str], float] = {}
     for site in s.sites:
         for k, w in s.workloads.items():
@@ -315,17 +399,19 @@ def build_instance(s: Scenario, rtt: pd.DataFrame) -> Instance:
                 continue
             kv = kv_bytes_per_token(w, s.models[w.model])
             slowest = min(prefill_nics + [c.nic_bytes_per_s for c in all_decode])
-            transfer[(site, k)] = transfer_ms(w, kv, slowest, s.serving.kv_transfer_latency_ms)
+            transfer[(site, k)] = _p99_transfer_ms(s, w, kv, slowest)
             for h, speed in enumerate(s.serving.decode_speeds):
                 decode = {g: _best_decode(configs[(k, g)], speed) for g in gpus_at[site]}
                 decode = {g: c for g, c in decode.items() if c is not None}
                 if not decode:
                     continue
-                handoff[(site, k, h)] = transfer[(site, k)] + max(first_token_ms(c.step_ms, s.serving.itl_tail_factor) for c in decode.values())
+                handoff[(site, k, h)] = Handoff(min(c.nic_bytes_per_s for c in decode.values()),
+                                                max(c.step_ms for c in decode.values()) / 1e3)
+                handoff_ms[(site, k, h)] = transfer[(site, k)] + 2e3 * handoff[(site, k, h)].step_s
                 decode_pools[(site, k, h)] = [factory.add("decode", NOMINAL, site, k, -1, c, speed=h)
                                               for _, c in sorted(decode.items())]
 
-    tier_pools = _tier_pools(s, factory, configs, gpus_at, handoff, regimes)
+    tier_pools = _tier_pools(s, factory, configs, gpus_at, handoff, regimes, Stages(s))
     arcs, unreachable = _arcs(s, rtt, tier_pools, regimes)
     states = _states(s, slices, peak_slice)
     return Instance(
@@ -348,8 +434,14 @@ def build_instance(s: Scenario, rtt: pd.DataFrame) -> Instance:
         egress_usd_per_request={k: s.policy.egress_usd_per_gb * s.policy.egress_bytes_per_output_token * w.osl_mean_tokens / 1e9 for k, w in s.workloads.items()},
         output_tokens={k: w.osl_mean_tokens for k, w in s.workloads.items()},
         input_tokens={k: w.isl_mean_tokens for k, w in s.workloads.items()},
-        handoff_ms=handoff, transfer_ms=transfer, unreachable=unreachable,
+        handoff_ms=handoff_ms, transfer_ms=transfer, unreachable=unreachable,
     )
+
+
+def _p99_transfer_ms(s: Scenario, w, kv_bytes_per_token: float, nic_bytes_per_s: float) -> float:
+    """KV transfer of the p99 prompt over ``nic_bytes_per_s`` (reported; sizing takes every prompt's)."""
+    return float(kv_transfer_time_s(w.isl_p99_tokens, kv_bytes_per_token, nic_bytes_per_s,
+                                    s.serving.kv_transfer_latency_ms / 1e3)) * 1e3
 
 
 def _peak_load(s: Scenario, demand_df: pd.DataFrame) -> dict[str, float]:

@@ -14,13 +14,15 @@ stay as planned; what changes is the world they meet:
     slow edge of its parameter set's residual spread (``p90``), or drawn from it (``draw``,
     seeded) — `optimizer.calibration.band`.
 
-Analytic evaluation, per nominal slice: each pool's load against its replicas under the
-perturbed curves — prefill pools by the Erlang C / Allen–Cunneen p99 wait, batched ones at
-their own prompt budget (an overloaded pool serves only n / S̄ requests/s — n·k_B/S_B
-batched — and misses TTFT), decode pools by their slots at the operating
-batch (KV permitting) — and per routed arc the p99 TTFT and ITL paths as in slo.csv. A
-workload's attainment is the share of its demand (request-hours) on arcs that meet both
-objectives. With ``verify``, the perturbed plan folder is also simulated request by request.
+Analytic evaluation, per nominal slice: each routed arc's p99 TTFT and ITL by the
+prediction behind slo.csv (`optimizer.results.latency`: the tail of wait + stages, the
+batch each pool settles at) under the perturbed curves, and the share of its requests its
+pools can serve at all (an overloaded prefill pool serves only n / S̄ requests/s — n·k_B/S_B
+batched — a decode pool its slots at the operating batch, KV permitting). An arc meets its
+objectives when all its requests are served and its TTFT and ITL at the workload's required
+attainment are within them; a workload's attainment is the share of its demand
+(request-hours) on arcs that meet both. With ``verify``, the perturbed plan folder is also
+simulated request by request.
 """
 
 from __future__ import annotations
@@ -35,17 +37,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from optimizer.budget import colocated_path, disaggregated_path, transfer_ms
 from optimizer.calibration import band
-from optimizer.configs import config_at, kv_bytes_per_token
-from optimizer.curves.queueing import wait_quantile_s
+from optimizer.configs import config_at
 from optimizer.errors import ScenarioError, unknown_id_message
 from optimizer.folder.read import read_plan
 from optimizer.folder.schema import OPTIONAL_TABLES, TABLES
 from optimizer.network import build_graph, rtt_matrix
 from optimizer.outputs import write_csv, write_text_atomic
+from optimizer.results.latency import route_predictions
 from optimizer.scenario import RawScenario, Scenario, apply_overrides, validate
-from optimizer.units import MS_PER_S, Role
+from optimizer.units import Role
 
 SLICE = ["period", "day_type", "hour"]
 
@@ -190,82 +191,84 @@ def _add_load(pools: pd.DataFrame, site, workload, tier, key, rps: float) -> Non
 
 
 def analyze(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per workload, per arc-slice) analytic attainment of a (perturbed) plan folder."""
+    """(per workload, per arc-slice) analytic attainment of a (perturbed) plan folder: each
+    routed arc's p99 TTFT and ITL at each slice by the prediction behind slo.csv
+    (`optimizer.results.latency.route_predictions`; unperturbed, an arc's worst slice is its
+    slo.csv row), the share of its requests the pools can serve at all, and whether it meets
+    both objectives in the workload's required share of requests."""
     plan = read_plan(folder)
     s = validate(RawScenario(plan.scenario_data, {}, folder / "scenario.json"))
     curves = plan.tables["curves"].set_index("id", drop=False)
-    configs: dict = {}  # config id → the plan's config under the perturbed scenario (None: no longer fits)
     pools = plan.tables["pools"]
+    pools = pools[pools["lost_site"].isna()] if "lost_site" in pools else pools
+    configs = {cid: config_at(curves.loc[cid], s) for cid in pools["config"].unique()}
+    routing = plan.tables["routing"]
+    served = _served_shares(s, configs, pools)
+    rows, prediction = route_predictions(s, configs, pools, routing)
+    quantiles = {k: w.slo_attainment for k, w in s.workloads.items()}
+    at_q = _at_attainment(prediction, rows, quantiles)
     weight = _slice_hours(s)
-    state = {}
-    for row in pools.itertuples(index=False):
-        if row.config not in configs:
-            configs[row.config] = config_at(curves.loc[row.config], s)
-        c = configs[row.config]
-        w = s.workloads[row.workload]
-        key = (row.site, row.workload, row.period, row.day_type, row.hour)
-        lam = row.requests_per_s * s.peak_to_mean(row.workload)
-        rps = c.decode_tokens_per_s / w.osl_mean_tokens if c is not None else 0.0  # the slots, without headroom
-        entry = state.setdefault(key, {"decode": {}, "tiers": {}})
-        if row.role == Role.DECODE:
-            d = entry["decode"].setdefault(row.speed, {"cap": 0.0, "load": 0.0, "itl": 0.0, "step": 0.0, "nic": math.inf})
-            d["cap"] += row.replicas * rps
-            d["load"] += lam
-            d["itl"] = max(d["itl"], c.itl_p99_ms if c is not None else math.inf)
-            d["step"] = max(d["step"], c.step_ms if c is not None else math.inf)
-            d["nic"] = min(d["nic"], c.nic_bytes_per_s if c is not None else 0.0)
-            continue
-        n = int(row.replicas)
-        capacity = n * c.lane_rps() if n and c is not None else 0.0
-        if lam <= 0:
-            wait_ms, served = 0.0, 1.0
-        elif lam >= capacity:
-            wait_ms, served = math.inf, capacity / lam
-        else:
-            wait_ms = float(wait_quantile_s(lam, n, c.service_mean_s, c.service_scv, w.slo_attainment,
-                                            **c.batching())) * MS_PER_S
-            served = 1.0
-        if row.role == Role.COLOCATED and lam > 0:
-            served = min(served, n * rps / lam)
-        entry["tiers"].setdefault(row.tier, []).append({"role": row.role, "speed": row.speed, "load": lam,
-                                                        "wait_ms": wait_ms, "served": served, "config": c})
     arcs = []
-    for row in plan.tables["routing"].itertuples(index=False):
-        w = s.workloads[row.workload]
-        entry = state.get((row.site, row.workload, row.period, row.day_type, row.hour))
-        tier_pools = [] if entry is None else [t for t in entry["tiers"].get(row.tier, []) if t["load"] > 0]
-        ttft, itl, served = math.inf, math.inf, 0.0
-        if tier_pools:
-            paths, itls, served = [], [], 1.0
-            for t in tier_pools:
-                c = t["config"]
-                prefill_ms = c.prefill_p99_ms if c is not None else math.inf
-                if t["role"] == Role.PREFILL:
-                    d = entry["decode"].get(t["speed"], {"cap": 0.0, "load": 1.0, "itl": math.inf, "step": math.inf,
-                                                         "nic": 0.0})
-                    nic = min(c.nic_bytes_per_s if c is not None else 0.0, d["nic"])
-                    kv = kv_bytes_per_token(w, s.models[w.model])
-                    transfer = transfer_ms(w, kv, nic, s.serving.kv_transfer_latency_ms) if nic > 0 else math.inf
-                    paths.append(disaggregated_path(s, row.rtt_ms, t["wait_ms"], prefill_ms, transfer, d["step"]))
-                    itls.append(d["itl"])
-                    if d["load"] > d["cap"]:
-                        served = min(served, d["cap"] / d["load"])
-                else:
-                    paths.append(colocated_path(s, row.rtt_ms, t["wait_ms"], prefill_ms))
-                    itls.append(c.itl_p99_ms if c is not None else math.inf)
-                served = min(served, t["served"])
-            ttft = max(path.total_ms for path in paths)
-            itl = max(itls)
-        meets = served >= 1.0 - 1e-9 and ttft <= w.ttft_p99_ms + 1e-6 and itl <= w.itl_p99_ms + 1e-6
-        hours = weight[(row.period, row.day_type, row.hour)]
-        arcs.append({"metro": row.metro, "site": row.site, "workload": row.workload, "tier": row.tier,
-                     "period": row.period, "day_type": row.day_type, "hour": row.hour,
-                     "request_hours": row.requests_per_s * hours, "ttft_p99_ms": ttft, "itl_p99_ms": itl,
-                     "served_share": served, "meets": meets})
+    for r, (ttft_q, itl_q) in zip(rows.itertuples(index=False), at_q):
+        w = s.workloads[r.workload]
+        share = served.get((r.site, r.workload, r.period, r.day_type, int(r.hour), int(r.tier)), 0.0)
+        meets = share >= 1.0 - 1e-9 and ttft_q <= w.ttft_p99_ms + 1e-6 and itl_q <= w.itl_p99_ms + 1e-6
+        arcs.append({"metro": r.metro, "site": r.site, "workload": r.workload, "tier": r.tier,
+                     "period": r.period, "day_type": r.day_type, "hour": r.hour,
+                     "request_hours": r.requests_per_s * weight[(r.period, r.day_type, r.hour)],
+                     "ttft_p99_ms": r.ttft_p99_ms, "itl_p99_ms": r.itl_p99_ms, "served_share": share, "meets": meets})
     arcs = pd.DataFrame(arcs, columns=["metro", "site", "workload", "tier", *SLICE, "request_hours", "ttft_p99_ms",
                                        "itl_p99_ms", "served_share", "meets"])
     unserved = pd.read_csv(folder / "unserved.csv") if (folder / "unserved.csv").exists() else pd.DataFrame()
     return _by_workload(s, arcs, unserved, weight), arcs
+
+
+def _at_attainment(prediction, rows: pd.DataFrame, quantiles: dict[str, float]) -> list[tuple[float, float]]:
+    """Each route row's TTFT and ITL at its workload's required attainment q (the quantile
+    its objective is promised at), in ms."""
+    out = [(np.nan, np.nan)] * len(rows)
+    for k, q in quantiles.items():
+        index = np.flatnonzero((rows["workload"] == k).to_numpy())
+        if not len(index):
+            continue
+        sub = rows.iloc[index]
+        keys = [(r.site, r.workload, int(r.tier), r.period, r.day_type, int(r.hour)) for r in sub.itertuples()]
+        ttft = prediction.ttft_p99_ms([[(key, 1.0, rtt)] for key, rtt in zip(keys, sub["rtt_ms"])], quantile=q)
+        itl = prediction.itl_p99_ms([[(key, 1.0)] for key in keys], quantile=q)
+        for i, a, b in zip(index, ttft, itl):
+            out[i] = (float(a), float(b))
+    return out
+
+
+def _served_shares(s: Scenario, configs: dict, pools: pd.DataFrame) -> dict:
+    """Per (site, workload, slice, tier): the share of its requests its pools can serve —
+    an overloaded prefill pool serves n / S̄ requests/s (n·k_B/S_B batched), a decode or
+    colocated pool its slots at the operating batch (KV permitting); a tier's share is its
+    worst pool's, its prefill pools' decode side included."""
+    out: dict = {}
+    for key, rows in pools.groupby(["site", "workload", *SLICE]):
+        ptm = s.peak_to_mean(key[1])
+        decode: dict = {}
+        for row in rows[rows["role"] == Role.DECODE].itertuples():
+            c = configs.get(row.config)
+            cap, load = decode.get(row.speed, (0.0, 0.0))
+            slots = row.replicas * c.decode_tokens_per_s / s.workloads[row.workload].osl_mean_tokens if c else 0.0
+            decode[row.speed] = (cap + slots, load + ptm * row.requests_per_s)
+        for row in rows[rows["role"] != Role.DECODE].itertuples():
+            c = configs.get(row.config)
+            lam = ptm * row.requests_per_s
+            if lam <= 0:
+                continue
+            share = min(1.0, row.replicas * c.lane_rps() / lam) if c and row.replicas else 0.0
+            if row.role == Role.COLOCATED:
+                share = min(share, row.replicas * c.decode_tokens_per_s / s.workloads[row.workload].osl_mean_tokens / lam
+                            if c else 0.0)
+            else:
+                cap, load = decode.get(row.speed, (0.0, 1.0))
+                share = min(share, cap / load if load > cap else 1.0)
+            tier = (*key, int(row.tier))
+            out[tier] = min(out.get(tier, 1.0), share)
+    return out
 
 
 def _slice_hours(s: Scenario) -> dict:

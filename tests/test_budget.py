@@ -1,29 +1,25 @@
-"""The TTFT budget waterfall: arithmetic on hand-made configs, near vs far sites, an
-infeasible site across the Pacific, and `fleetplan budget --json`."""
+"""The TTFT budget waterfall: the q-quantile of the stages after the wait against a Monte
+Carlo of the same stages, stage p99s that do not add, near vs far sites, an infeasible site
+across the Pacific, and `fleetplan budget --json`."""
 
 from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
-from optimizer.budget import best_waterfall, colocated, disaggregated
+from optimizer.budget import Stages, best_waterfall, colocated, disaggregated
 from optimizer.cli import main
-from optimizer.configs import ServingConfig
+from optimizer.configs import kv_bytes_per_token, make_replica, workload_configs
+from optimizer.curves.lengths import LengthDistribution
+from optimizer.curves.roofline import prefill_time_s
 from optimizer.network import build_graph, haversine_km, rtt_matrix
 from optimizer.scenario import load_scenario
 
 KEYS = ["rtt_ms", "overhead_ms", "prefill_ms", "kv_transfer_ms", "first_token_ms", "queue_budget_ms",
         "ttft_p99_ms", "feasible"]
 SPENT = ["rtt_ms", "overhead_ms", "prefill_ms", "kv_transfer_ms", "first_token_ms"]
-
-# Hand-made configs, so the arithmetic below does not move when the curves are re-tuned.
-PREFILL = ServingConfig(id="p", workload="chat", gpu="x", gpus=8, role="prefill", prefill_p99_ms=80.0,
-                        nic_bytes_per_s=50e9)
-DECODE = ServingConfig(id="d", workload="chat", gpu="x", gpus=2, role="decode", step_ms=20.0, nic_bytes_per_s=25e9)
-COLOCATED = ServingConfig(id="c", workload="chat", gpu="x", gpus=8, role="colocated", prefill_p99_ms=150.0,
-                          step_ms=30.0)
-KV_BYTES_PER_TOKEN = 163_840.0  # Llama-3.1-70B with FP8 KV: 2 · 80 layers · 8 heads · 128 · 1 B
 
 
 def budget_json(capsys, *args) -> dict:
@@ -36,46 +32,80 @@ def assert_adds_up(out: dict) -> None:
     assert out["feasible"] == (out["queue_budget_ms"] >= 0)
 
 
+def chat_configs(s, gpu: str):
+    w = s.workloads["chat"]
+    configs = workload_configs(w, s.models[w.model], s.accelerators[gpu], s.serving)
+    prefill = next(c for c in configs if c.id == f"chat/{gpu}/x4/prefill")
+    decode = next(c for c in configs if c.role == "decode" and c.speed == 1.0 and not c.speculative)
+    return w, prefill, decode, configs
+
+
+def sampled_prompts(s, w, n: int = 400_000, seed: int = 5):
+    """Prompts as the simulator draws them: lognormal lengths, a hit bringing the shared prefix."""
+    rng = np.random.default_rng(seed)
+    tokens = LengthDistribution(w.isl_mean_tokens, w.isl_p99_tokens, s.models[w.model].max_context).sample(rng, n)
+    hit = rng.random(n) < w.prompt_cache_hit_rate
+    return rng, tokens, np.where(hit, np.minimum(tokens - 1, w.shared_prefix_tokens), 0)
+
+
 # ----------------------------------------------------------------------------- arithmetic
 
 
-def test_disaggregated_waterfall_by_hand(reference):
+def test_disaggregated_waterfall_is_the_quantile_of_the_stages(reference):
+    """The stages after the wait — prefill of the prompt, its KV over the slower NIC, the rest
+    of the decode step it joins (uniform) and one step — have a p99 below the sum of their
+    p99s; the waterfall's parts add up to it. Checked against a Monte Carlo of the stages."""
     s, _ = reference
-    w = s.workloads["chat"]
-    assert (w.isl_p99_tokens, w.ttft_p99_ms) == (4500, 300)
-    assert s.serving.fixed_overhead_ms == 3 + 15 + 5  # tokenisation, safety, admission
-    f = disaggregated(w, s, 20.0, PREFILL, DECODE, KV_BYTES_PER_TOKEN)
-    # KV of the p99 prompt over the slower NIC (25 GB/s), plus 1 ms set-up
-    xfer = 1.0 + 4500 * 163_840 / 25e9 * 1e3
-    first = (1 + 1.15) * 20.0  # join wait (≤ one step) + the p99 step
-    assert f.kv_transfer_ms == pytest.approx(xfer)  # 30.49 ms
-    assert f.first_token_ms == pytest.approx(43.0)
-    assert f.queue_budget_ms == pytest.approx(300 - 20 - 23 - 80 - xfer - first)
+    w, prefill, decode, _ = chat_configs(s, "b200")
+    assert (w.ttft_p99_ms, s.serving.fixed_overhead_ms, w.slo_attainment) == (300, 23, 0.99)
+    f = disaggregated(w, s, 20.0, prefill, decode, Stages(s))
+    rng, tokens, cached = sampled_prompts(s, w)
+    r = make_replica(s.models[w.model], s.accelerators["b200"], s.serving, 4, w.weight_dtype, w.kv_dtype)
+    nic = min(prefill.nic_bytes_per_s, decode.nic_bytes_per_s)
+    transfer = s.serving.kv_transfer_latency_ms / 1e3 + tokens * kv_bytes_per_token(w, s.models[w.model]) / nic
+    step = decode.step_ms / 1e3
+    stages = prefill_time_s(r, tokens, cached) + transfer + step * (1.0 + rng.random(len(tokens)))
+    sampled = 1e3 * np.quantile(stages, 0.99)
+    spent = f.prefill_ms + f.kv_transfer_ms + f.first_token_ms
+    assert spent == pytest.approx(sampled, rel=0.01)
+    assert f.queue_budget_ms == pytest.approx(300 - 20 - 23 - spent)
+    # stage p99s do not add: the p99 prompt's prefill and transfer and a whole extra step are more
+    p99_prompt = 1e3 * float(prefill_time_s(r, w.isl_p99_tokens, 0) + s.serving.kv_transfer_latency_ms / 1e3
+                             + w.isl_p99_tokens * kv_bytes_per_token(w, s.models[w.model]) / nic)
+    assert spent < p99_prompt + 2 * decode.step_ms
     assert f.feasible and f.mode == "disaggregated"
-    assert f.prefill_config == "p" and f.decode_config == "d"
+    assert f.prefill_config == prefill.id and f.decode_config == decode.id
     assert_adds_up(f.as_dict())
 
 
 def test_colocated_waterfall_and_the_best_path(reference):
+    """Colocated: the rest of the running iteration, then one C-token chunk per iteration; the
+    last chunk emits the first token (no transfer, no separate first step)."""
     s, _ = reference
-    w = s.workloads["chat"]
-    c = colocated(w, s, 20.0, COLOCATED)
-    assert c.kv_transfer_ms == 0 and c.first_token_ms == 0  # the last chunk emits the first token
-    assert c.queue_budget_ms == pytest.approx(300 - 20 - 23 - 150)  # 107 ms
-    best = best_waterfall(w, s, 20.0, [PREFILL, DECODE, COLOCATED], KV_BYTES_PER_TOKEN)
-    assert best.mode == "colocated" and best.queue_budget_ms == pytest.approx(107.0)
-    # without the colocated option the disaggregated path is the best there is
-    assert best_waterfall(w, s, 20.0, [PREFILL, DECODE], KV_BYTES_PER_TOKEN).mode == "disaggregated"
-    assert best_waterfall(w, s, 20.0, [PREFILL], KV_BYTES_PER_TOKEN) is None  # no decode side
+    w, prefill, decode, configs = chat_configs(s, "b200")
+    together = next(c for c in configs if c.role == "colocated")
+    c = colocated(w, s, 20.0, together, Stages(s))
+    assert c.kv_transfer_ms == 0 and c.first_token_ms == 0
+    rng, tokens, cached = sampled_prompts(s, w)
+    iteration = together.step_ms / 1e3
+    stages = (np.ceil((tokens - cached) / together.chunk_tokens) + rng.random(len(tokens))) * iteration
+    assert c.prefill_ms == pytest.approx(1e3 * np.quantile(stages, 0.99), rel=0.01)
+    assert c.queue_budget_ms == pytest.approx(300 - 20 - 23 - c.prefill_ms)
+    options = [disaggregated(w, s, 20.0, prefill, decode, Stages(s)), c]
+    best = best_waterfall(w, s, 20.0, [prefill, decode, together])
+    assert best.queue_budget_ms == pytest.approx(max(o.queue_budget_ms for o in options))
+    assert best_waterfall(w, s, 20.0, [prefill, decode]).mode == "disaggregated"
+    assert best_waterfall(w, s, 20.0, [prefill]) is None  # no decode side
 
 
 def test_every_ms_of_rtt_comes_out_of_the_queue(reference):
     s, _ = reference
-    w = s.workloads["chat"]
-    near = disaggregated(w, s, 15.0, PREFILL, DECODE, KV_BYTES_PER_TOKEN)
-    far = disaggregated(w, s, 115.0, PREFILL, DECODE, KV_BYTES_PER_TOKEN)
+    w, prefill, decode, _ = chat_configs(s, "b200")
+    stages = Stages(s)
+    near = disaggregated(w, s, 15.0, prefill, decode, stages)
+    far = disaggregated(w, s, 115.0, prefill, decode, stages)
     assert near.queue_budget_ms - far.queue_budget_ms == pytest.approx(100.0)
-    too_far = disaggregated(w, s, 250.0, PREFILL, DECODE, KV_BYTES_PER_TOKEN)
+    too_far = disaggregated(w, s, 250.0, prefill, decode, stages)
     assert too_far.queue_budget_ms < 0 and not too_far.feasible and too_far.as_dict()["feasible"] is False
 
 

@@ -19,7 +19,7 @@ def plans(tmp_path_factory):
     root = tmp_path_factory.mktemp("plans")
     assert main(["plan", str(TINY), "--out", str(root / "a"), "--quiet", "--no-report"]) == 0
     assert main(["plan", str(TINY), "--out", str(root / "b"), "--quiet", "--no-report",
-                 "--set", "workloads.code-completion.ttft_p99_ms=600"]) == 0
+                 "--set", "workloads.code-completion.ttft_p99_ms=300"]) == 0
     return root / "a", root / "b"
 
 

@@ -19,6 +19,13 @@ from optimizer.curves.queueing import (
     slo_capacity_rps,
     wait_quantile_s,
 )
+from optimizer.curves.tail import law, slack_table
+
+
+def wait_only(budget_s: float):
+    """A budget for the wait alone: the stages after it take no time (X = 0), so f(n) is the
+    largest λ whose p99 wait fits the budget."""
+    return slack_table(law([0.0]), [law([0.0])], budget_s)
 
 
 def erlang_c_by_recursion(n: int, a: float) -> float:
@@ -125,7 +132,7 @@ CASES = [  # (mean service s, c_s², p99 wait budget s, ρ_max)
 @pytest.mark.parametrize("s,scv,budget,rho", CASES)
 def test_slo_capacity_shape(s, scv, budget, rho):
     n = np.arange(1, 129)
-    f = capacity_table(128, s, scv, budget, rho)
+    f = capacity_table(128, s, scv, wait_only(budget), rho)
     cap = rho * n / s
     assert np.all(f > 0)
     assert np.all(np.diff(f) > 0)  # increasing
@@ -142,7 +149,7 @@ def test_slo_capacity_shape(s, scv, budget, rho):
 @pytest.mark.parametrize("s,scv,budget,rho", CASES)
 def test_slo_capacity_is_the_largest_rate_meeting_the_budget(s, scv, budget, rho):
     for n in (1, 3, 10, 40):
-        f = float(slo_capacity_rps(n, s, scv, budget, rho)[0])
+        f = float(slo_capacity_rps(n, s, scv, wait_only(budget), rho)[0])
         assert float(wait_quantile_s(f, n, s, scv)) <= budget + 1e-9
         at_cap = f >= rho * n / s * (1 - 1e-9)
         assert at_cap or float(wait_quantile_s(f * (1 + 1e-6), n, s, scv)) > budget
@@ -159,20 +166,20 @@ def test_slo_capacity_single_server_closed_form():
             lo = mid
         else:
             hi = mid
-    assert float(slo_capacity_rps(1, 0.1, 1.0, w, 0.99)[0]) == pytest.approx(lo * mu, rel=1e-6)
+    assert float(slo_capacity_rps(1, 0.1, 1.0, wait_only(w), 0.99)[0]) == pytest.approx(lo * mu, rel=1e-6)
     # the utilisation cap binds when it is the tighter of the two
-    assert float(slo_capacity_rps(1, 0.1, 1.0, w, 0.3)[0]) == pytest.approx(0.3 * mu, rel=1e-12)
+    assert float(slo_capacity_rps(1, 0.1, 1.0, wait_only(w), 0.3)[0]) == pytest.approx(0.3 * mu, rel=1e-12)
 
 
 def test_slo_capacity_zero_for_negative_budget_and_small_for_zero():
-    assert slo_capacity_rps(np.array([1, 8]), 0.1, 1.0, -0.01, 0.85).tolist() == [0.0, 0.0]
+    assert slo_capacity_rps(np.array([1, 8]), 0.1, 1.0, wait_only(-0.01), 0.85).tolist() == [0.0, 0.0]
     # budget 0: the p99 arrival must not wait at all, C(n, a) ≤ 1 %: M/M/1 allows ρ ≤ 0.01
-    assert float(slo_capacity_rps(1, 0.1, 1.0, 0.0, 0.85)[0]) == pytest.approx(0.01 / 0.1, rel=1e-6)
+    assert float(slo_capacity_rps(1, 0.1, 1.0, wait_only(0.0), 0.85)[0]) == pytest.approx(0.01 / 0.1, rel=1e-6)
 
 
 def test_slo_capacity_grows_with_budget():
     budgets = np.array([0.0, 0.01, 0.05, 0.2, 1.0])
-    f = slo_capacity_rps(8, 0.1, 0.5, budgets, 0.85)
+    f = np.array([float(slo_capacity_rps(8, 0.1, 0.5, wait_only(b), 0.85)[0]) for b in budgets])
     assert np.all(np.diff(f) >= 0)
     assert f[-1] == pytest.approx(0.85 * 8 / 0.1)
 
@@ -182,7 +189,7 @@ def test_slo_capacity_grows_with_budget():
 
 @pytest.mark.parametrize("s,scv,budget,rho", CASES)
 def test_servers_needed_inverts_the_table(s, scv, budget, rho):
-    table = capacity_table(64, s, scv, budget, rho)
+    table = capacity_table(64, s, scv, wait_only(budget), rho)
     rng = np.random.default_rng(7)
     for lam in np.concatenate([rng.uniform(1e-6, table[-1], 200), table[:10], table[:10] * (1 + 1e-9)]):
         n = servers_needed(float(lam), table)
@@ -196,7 +203,7 @@ def test_servers_needed_inverts_the_table(s, scv, budget, rho):
 
 @pytest.mark.parametrize("s,scv,budget,rho", CASES)
 def test_servers_needed_beyond_the_table_is_never_optimistic(s, scv, budget, rho):
-    full = capacity_table(200, s, scv, budget, rho)
+    full = capacity_table(200, s, scv, wait_only(budget), rho)
     for short_len in (2, 5, 20, 31, 50):
         short = full[:short_len]
         for lam in np.linspace(full[short_len - 1] * 1.01, full[-1] * 0.999, 25):
@@ -206,7 +213,7 @@ def test_servers_needed_beyond_the_table_is_never_optimistic(s, scv, budget, rho
 
 @pytest.mark.parametrize("s,scv,budget,rho", CASES)
 def test_servers_needed_many_equals_one_at_a_time(s, scv, budget, rho):
-    table = capacity_table(40, s, scv, budget, rho)
+    table = capacity_table(40, s, scv, wait_only(budget), rho)
     rng = np.random.default_rng(3)
     rates = np.concatenate([[0.0, -1.0], rng.uniform(0, table[-1] * 3, 300), table, table * (1 + 1e-9)])
     assert servers_needed_many(rates, table).tolist() == [servers_needed(float(x), table) for x in rates]
@@ -215,7 +222,7 @@ def test_servers_needed_many_equals_one_at_a_time(s, scv, budget, rho):
 def test_servers_needed_beyond_table_where_the_cap_binds():
     # S̄ = 0.1 s, c_s² = 0.5, budget 50 ms, ρ_max 0.85: f grows by ~9.7/s per replica up to n = 32,
     # then by ρ_max/S̄ = 8.5/s (the cap binds). 60 replicas carry at most 0.85·60/0.1 = 510/s.
-    full = capacity_table(80, 0.1, 0.5, 0.05, 0.85)
+    full = capacity_table(80, 0.1, 0.5, wait_only(0.05), 0.85)
     lam = 0.85 * 60 / 0.1 * 0.999
     assert servers_needed(lam, full) == 60
     assert servers_needed(lam, full[:31]) >= 60  # extrapolating by the last (convex) increment gave 57

@@ -324,7 +324,8 @@ def test_a_constraint_added_to_the_formulation_reaches_plan_reoperation_and_year
     from optimizer.solve import SolverSettings, solve
     from optimizer.solve.operating import OperatingProgram, largest_sizes
 
-    s, raw = load_scenario(Path(__file__).parent / "data" / "tiny.yaml")
+    # at three times the hour's mean the afternoon peak rents a node on demand beside the reserved one
+    s, raw = load_scenario(Path(__file__).parent / "data" / "tiny.yaml", ["demand.peak_to_mean_intra_hour=3.0"])
     inst = build_instance(s, rtt_matrix(build_graph(s, raw.path.parent), s))
     before = solve(inst, SolverSettings(exact=True, time_limit_s=60))
     site = max({key[0] for key in before.solution.ondemand}, default=None)

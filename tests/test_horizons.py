@@ -24,7 +24,10 @@ HORIZONS = {
 def _scenario(tmp_path: Path, horizon: dict) -> Path:
     doc = yaml.safe_load(TINY.read_text())
     doc["horizon"] = horizon
-    doc["policy"] = {"cold_start_minutes": 10, "warm_pool_fraction": 0.1}  # ramps on: the row that broke
+    # ramps on (the row that broke); unserved demand dearer than any node, so that the one-day
+    # plan's last 0.1 req/s at 21:00 is served, not priced
+    doc["policy"] = {"cold_start_minutes": 10, "warm_pool_fraction": 0.1,
+                     "unserved_penalty_usd_per_million_tokens": 1e5}
     doc["demand"] = {"peak_to_mean_intra_hour": 1.0, "table": [
         {"metro": m, "workload": "code-completion", "period": "Y", "hour": h, "requests_per_s": r * (1 + h / 24)}
         for m, r in (("chicago", 30), ("dallas", 15)) for h in horizon["hours"]]}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -32,13 +33,29 @@ def test_unperturbed_plan_meets_every_objective(plans):
     assert (result.table["unserved_fraction"] == 0).all()
 
 
+def test_unperturbed_stress_reproduces_slo_csv(plans):
+    """One prediction behind both: each routed arc's p99 TTFT and ITL at its worst slice in
+    `stress` are its slo.csv row (the plan folder's CSVs round-trip to 12 digits)."""
+    nominal, _ = plans
+    arcs = stress(nominal).arcs
+    worst = arcs.groupby(["metro", "workload", "site", "tier"]).agg(ttft=("ttft_p99_ms", "max"),
+                                                                      itl=("itl_p99_ms", "max")).reset_index()
+    slo = pd.read_csv(nominal / "slo.csv").merge(worst, on=["metro", "workload", "site", "tier"], how="outer")
+    assert len(slo) == len(worst) and slo["ttft"].notna().all() and slo["ttft_p99_ms_predicted"].notna().all()
+    np.testing.assert_allclose(slo["ttft"], slo["ttft_p99_ms_predicted"], rtol=1e-9)
+    np.testing.assert_allclose(slo["itl"], slo["itl_p99_ms_predicted"], rtol=1e-9)
+
+
 def test_slower_decode_lengthens_itl_in_proportion(plans):
     nominal, _ = plans
     base = stress(nominal).table.set_index("workload")
     slow = stress(nominal, ["serving.decode_mbu=×0.8"]).table.set_index("workload")
     for k in base.index:
-        # memory-bound decode steps: slower HBM stretches the step by up to 1/0.8
-        assert base.loc[k, "itl_p99_ms_worst"] < slow.loc[k, "itl_p99_ms_worst"] <= base.loc[k, "itl_p99_ms_worst"] / 0.8 + 1e-6
+        # memory-bound decode steps: slower HBM stretches the step at a batch by nearly 1/0.8; a
+        # pool whose steps slow holds its sequences longer and settles at a larger batch
+        # (Little's law, b* = λ·output·step(b*)), which stretches them further — here by 2–8 %
+        ratio = slow.loc[k, "itl_p99_ms_worst"] / base.loc[k, "itl_p99_ms_worst"]
+        assert 0.95 / 0.8 < ratio <= 1.25 / 0.8
     # decode pools that run faster than ITL requires (speed classes) absorb a 20 % slowdown,
     # not one that halves the memory bandwidth: the capacity the plan bought runs out
     assert not stress(nominal, ["serving.decode_mbu=×0.5"]).summary["all_objectives_met"]

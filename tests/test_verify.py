@@ -249,17 +249,15 @@ def test_colocated_first_token_comes_with_the_last_chunk():
 
 @pytest.fixture(scope="module")
 def tiny_plans(tmp_path_factory):
-    """The tiny plan as solved, and a copy with the peak hour's replicas cut to a quarter.
-    (The analytic model sizes colocated prefill lanes with the iteration time at the full
-    operating batch; the simulated batches are far smaller, so the plan still passes at a
-    third of its replicas — a quarter is clearly short.)"""
+    """The tiny plan as solved, and a copy with the peak hour's replicas cut to a half (the
+    plan predicts its pools at the batch they settle at, so half of them is clearly short)."""
     root = tmp_path_factory.mktemp("verify")
     ok = write_plan(make_plan(TINY, exact=True), root / "ok")
     cut = write_plan(make_plan(TINY, exact=True), root / "cut")
     pools = pd.read_csv(cut / "pools.csv")
     peak = pools["hour"] == 15
-    assert pools.loc[peak, "replicas"].min() >= 8
-    pools.loc[peak, "replicas"] = pools.loc[peak, "replicas"] // 4
+    assert pools.loc[peak, "replicas"].min() >= 4
+    pools.loc[peak, "replicas"] = pools.loc[peak, "replicas"] // 2
     pools.to_csv(cut / "pools.csv", index=False)
     (cut / "nodes.csv").unlink()  # the plan's nodes per slice no longer describe the cut pools
     return ok, cut
@@ -294,8 +292,9 @@ def test_a_disaggregated_plan_keeps_its_promise_with_and_without_batched_prefill
         assert res.summary["prefill_batch_tokens"] == ("as planned" if tokens is None else tokens)
         row = rows[tokens] = res.tables["by_pool"].iloc[0]
         assert row["ttft_pass"] and row["itl_pass"]
-        assert row["ttft_p99_ms"] <= row["ttft_p99_ms_predicted"]
-        assert row["itl_p99_ms"] <= row["itl_p99_ms_predicted"]
+        if tokens != 0:  # the prediction is of the plan as sized: its own budget
+            assert row["ttft_p99_ms_predicted"] == pytest.approx(row["ttft_p99_ms"], rel=0.15)
+            assert row["itl_p99_ms_predicted"] == pytest.approx(row["itl_p99_ms"], rel=0.15)
         assert row["ttft_p50_ms"] > 13.5 + 23.0  # RTT + fixed overheads, plus the pipeline
     assert rows[None]["ttft_p99_ms"] == rows[4096]["ttft_p99_ms"]
     assert rows[0]["ttft_p99_ms"] != rows[4096]["ttft_p99_ms"]

@@ -6,7 +6,8 @@ roofline     prefill time, decode step time, TP/EP communication
 batching     decode operating point under ITL, batching knee, price floor
 speculative  expected tokens per step, break-even acceptance
 cache        prompt-cache savings and its KV share
-queueing     Erlang C, Allen–Cunneen p99 wait, SLO capacity f(n) (batching pools too)
+queueing     Erlang C, the wait's law (Allen–Cunneen), SLO capacity f(n) (batching pools too)
+tail         the p99 of wait + the stages after it, mixtures of pools, inter-token gaps
 prefill_batch  several prompts in one prefill pass: pass time, head-of-line packing of a token budget
 transfer     disaggregated KV transfer
 economics    $/M tokens, reserved vs on-demand, owned TCO, tokens/s per MW

@@ -62,6 +62,25 @@ def pass_time_s(replica: Replica, tokens, cached_tokens) -> float:
                  + collective_time_s(replica, total))
 
 
+def riding_pass_s(replica: Replica, tokens, cached_tokens, other_new_tokens, other_attention_flops):
+    """A pass carrying one prompt of ``tokens`` (``cached_tokens`` cached) beside others that
+    bring ``other_new_tokens`` new tokens and ``other_attention_flops`` of attention —
+    `pass_time_s` vectorised over the first prompt (all arguments broadcast; a pass's
+    overheads are paid once, whatever it carries). With no others it is
+    `roofline.prefill_time_s` of the prompt alone."""
+    s = np.asarray(tokens, dtype=float)
+    c = np.minimum(np.asarray(cached_tokens, dtype=float), s)
+    others = np.asarray(other_new_tokens, dtype=float)
+    eff = replica.eff
+    new = s - c + others
+    flops = (linear_flops(replica.model, new, eff.moe_load_factor)
+             + eff.attention_factor * (attention_flops(replica.model, s, c) + np.asarray(other_attention_flops)))
+    total = np.maximum(np.maximum(s - c, 1.0) + others, 1.0)
+    compute = flops / (replica.gpus * replica.hw.dense_flops_per_s * prefill_efficiency(eff, total))
+    memory = replica.weight_bytes / (replica.gpus * replica.hw.hbm_bytes_per_s * eff.decode_mbu)
+    return pass_overhead_s(replica) + smooth_max(compute, memory, eff.roofline_sharpness) + collective_time_s(replica, total)
+
+
 def new_token_law(lengths: LengthDistribution, hit_rate: float, cached_on_hit: float):
     """(new tokens, probability, cached tokens) on a quantile grid of the prompt length: a
     prompt hits the cache with probability h and then brings min(s, cached_on_hit) tokens

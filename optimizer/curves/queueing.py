@@ -1,16 +1,19 @@
-"""Queueing for a pool of replicas (curve 9): Erlang C, the p99 wait, SLO capacity f(n).
+"""Queueing for a pool of replicas (curve 9): Erlang C, the wait's law, SLO capacity f(n).
 
 A pool of n identical servers (prefill replicas) takes Poisson arrivals at λ per second;
 each job needs a service time S with mean S̄ and squared coefficient of variation c_s².
 
 * Erlang C (M/M/n):  P(wait) = C(n, a),  a = λ·S̄ the offered load;
   computed as C = n·B / (n − a·(1 − B)) from Erlang B, B = Pois(n; a) / Pois(≤ n; a).
-* M/M/n wait tail:    P(W > t) = C · exp(−(n/S̄ − λ)·t), so the q-quantile wait is
-  t_q = ln(C / (1 − q)) / (n/S̄ − λ)   (0 when C ≤ 1 − q).
-* Allen–Cunneen for M/G/n: scale the wait by (c_a² + c_s²)/2 = (1 + c_s²)/2.
-* SLO capacity f(n): the largest λ with t_q(λ, n) ≤ the pool's queueing budget and
-  utilisation λ·S̄/n ≤ ρ_max (the approximation underestimates the tail near saturation,
-  so utilisation is capped).
+* The wait (`wait_law`): P(W > t) = C·exp(−θ·t), θ = (n/S̄ − λ)·2/(1 + c_s²) — M/M/n's
+  drain rate, stretched by the Allen–Cunneen factor (c_a² + c_s²)/2 = (1 + c_s²)/2 for M/G/n;
+  its q-quantile is t_q = ln(C / (1 − q)) / θ (0 when C ≤ 1 − q).
+* SLO capacity f(n) (`slo_capacity_rps`): the largest λ whose requests meet the pool's
+  budget b in share q, wait and the stages after it together —
+      (1 − C)·P(X₀ > b) + C·Q(θ) ≤ 1 − q   (`tail`, `tail.SlackTable`)
+  — with utilisation λ·S̄/n ≤ ρ_max (near saturation the approximation runs low, so
+  utilisation is capped). A constant stage x and no batching give the largest λ whose p99
+  wait fits b − x.
 
 f(n) is increasing and **convex** in n for a fixed budget while the utilisation cap does not
 bind: per-replica capacity f(n)/n grows with the pool (pooling gains). Where the cap starts to
@@ -23,27 +26,33 @@ Batching servers (`optimizer.curves.prefill_batch`): a server that frees takes t
 waiting for it into one pass, at most k_B of them (a full pass of S_B seconds). A pass of
 k prompts is taken to cost the chord S(k) = S̄ + (k − 1)·(S_B − S̄)/(k_B − 1) between one
 prompt and a full pass, so a server whose passes carry k prompts serves one every S(k)/k.
-The mean batch k is the fixed point of
+A server that frees takes the Q prompts waiting, at most k_B; if none, the next arrival
+starts a pass alone. With Q distributed as in M/M/n at utilisation u, P(Q ≥ j) = C·u^j,
+the mean batch k is the fixed point of
 
-    k = min(k_B, P(Q = 0) + E[Q; Q ≥ 1]) = min(k_B, 1 + C·ρ²/(1 − ρ)),
-    ρ = λ·S(k)/(n·k),  C = C(n, n·ρ)
+    k = (1 − C·u) + E[min(Q, k_B); Q ≥ 1] = 1 − C·u + C·u·(1 − u^{k_B})/(1 − u),
+    u = λ·S(k)/(n·k),  C = C(n, n·u)
 
-— a server that frees takes the Q prompts waiting (if none, the next arrival starts a pass
-alone), Q distributed as in M/M/n at that utilisation: P(Q ≥ 1) = C·ρ, E[Q] = C·ρ/(1 − ρ).
-The right side falls as k grows (bigger passes, lower utilisation, shorter queue), so
-bisection finds it. The batching queue drains a long queue in one pass and is shorter than
-M/M/n's; this mean-field k stands in for that self-limiting drain. The p99 wait is then the M/G/n one above at mean service S(k)/k (c_s² of one prompt),
-and the utilisation cap applies to the full-pass capacity: λ ≤ ρ_max·n·k_B/S_B. With
-k_B = 1 all of this is the unbatched queue. That a batched prompt's own pass is longer
-than its prefill alone (the other prompts' tokens) is not a wait: the config's p99 prefill
-carries it (`optimizer.configs.prefill_config`). Checked against the FIFO-with-batching
-simulation (`optimizer.verify.engine.fifo_pool`) in tests/test_prefill_batch.py.
+(the right side falls as k grows — bigger passes, lower utilisation, shorter queue — so
+bisection finds it). A prompt waits with probability C at that k. A wait drains faster
+than M/G/n at utilisation u would: while prompts queue, each pass takes those queued, on
+average m_q = E[min(Q, k_B) | Q ≥ 1] = (1 − u^{k_B})/(1 − u) of them, so the queue drains at
+θ = (n·m_q/S(m_q) − λ)·2/(1 + c_s²). The prompt that waited rides in such a pass with J
+others, J geometric with mean m_q − 1 (`tail.geometric_weights`); one that found a server
+free goes alone. The utilisation cap applies to the full-pass capacity:
+λ ≤ ρ_max·n·k_B/S_B. With k_B = 1 all of this is the unbatched queue. Checked against the
+FIFO-with-batching simulation (`optimizer.verify.engine.fifo_pool`) in
+tests/test_prefill_batch.py.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from scipy.special import gammaincc, gammaln
+
+from optimizer.curves.tail import SlackTable, geometric_weights
 
 
 def erlang_c(servers, offered_load):
@@ -65,24 +74,37 @@ def erlang_c(servers, offered_load):
 def batch_prompts(arrival_rate, servers, mean_service_s, full_prompts=1.0, full_pass_s=None, bracket=None,
                   iterations: int = 40):
     """Mean prompts per pass k of a batching pool, the fixed point of
-    k = min(k_B, 1 + C·ρ²/(1 − ρ)) at ρ = λ·S(k)/(n·k) (module docstring); 1 without
-    batching (``full_prompts`` ≤ 1). ``bracket`` = (low, high) arrays known to hold it (k
-    grows with λ, so the batches at a lower and a higher rate do)."""
+    k = 1 − C·u + C·u·(1 − u^{k_B})/(1 − u) at u = λ·S(k)/(n·k) (module docstring); 1
+    without batching (``full_prompts`` ≤ 1). ``bracket`` = (low, high) arrays known to hold
+    it (k grows with λ, so the batches at a lower and a higher rate do)."""
     lam, n, s, kb = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in
                                           (arrival_rate, servers, mean_service_s, full_prompts)))
     sb = s if full_pass_s is None else np.broadcast_to(np.asarray(full_pass_s, dtype=float), s.shape)
-    if np.all(kb <= 1.0):
-        return np.ones_like(s)
-    lo, hi = (np.ones_like(s), np.maximum(kb, 1.0)) if bracket is None else bracket
+    out = np.ones(s.shape)
+    batching = kb > 1.0
+    if not batching.any():
+        return out
+    lam, n, s, kb, sb = (x[batching] for x in (lam, n, s, kb, sb))  # the others pass one prompt at a time
+    lo, hi = (np.ones_like(s), kb.copy()) if bracket is None else (bracket[0][batching], bracket[1][batching])
     for _ in range(iterations):  # the right side falls as k grows: bisection
         k = 0.5 * (lo + hi)
         per = per_prompt_s(k, s, kb, sb)
-        rho = lam * per / n
-        with np.errstate(divide="ignore", invalid="ignore"):
-            taken = np.where(rho < 1.0, 1.0 + erlang_c(n, lam * per) * rho * rho / (1.0 - rho), np.inf)
+        u = lam * per / n
+        taken = 1.0 + erlang_c(n, lam * per) * u * (queued_batch(u, kb) - 1.0)
         grow = np.minimum(kb, taken) > k
         lo, hi = np.where(grow, k, lo), np.where(grow, hi, k)
-    return 0.5 * (lo + hi)
+    out[batching] = 0.5 * (lo + hi)
+    return out
+
+
+def queued_batch(utilisation, full_prompts):
+    """m_q = E[min(Q, k_B) | Q ≥ 1] = (1 − u^{k_B})/(1 − u): the mean prompts of a pass taken
+    from a queue (k_B at and beyond saturation)."""
+    u = np.asarray(utilisation, dtype=float)
+    kb = np.maximum(np.asarray(full_prompts, dtype=float), 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        m = np.where(u < 1.0 - 1e-9, -np.expm1(kb * np.log(np.clip(u, 1e-300, None))) / (1.0 - u), kb)
+    return np.minimum(np.where(u <= 0, 1.0, m), kb)
 
 
 def per_prompt_s(k, mean_service_s, full_prompts, full_pass_s):
@@ -94,60 +116,93 @@ def per_prompt_s(k, mean_service_s, full_prompts, full_pass_s):
     return (s + (k - 1.0) * slope) / k
 
 
-def wait_quantile_s(arrival_rate, servers, mean_service_s, service_scv, quantile=0.99, full_prompts=1.0,
-                    full_pass_s=None, batch=None):
-    """q-quantile of the wait before service starts (seconds); inf at or beyond saturation.
+CAPACITY_STEPS = 32  # bisection steps on λ: f(n) to 2⁻³² of the utilisation cap
 
-    t_q = (1 + c_s²)/2 · max(0, ln(C / (1 − q)) / (n/S̄ − λ)); for a batching pool
-    (``full_prompts`` k_B > 1 prompts in a full pass of ``full_pass_s``) S̄ is S(k)/k at the
-    mean batch k (``batch``, else `batch_prompts`).
-    """
+
+@dataclass(frozen=True)
+class WaitLaw:
+    """P(W > t) = ``waits``·exp(−``rate_per_s``·t), and the mean prompts ``queued`` of a
+    pass taken from a queue (1 without batching); arrays of one shape. rate ≤ 0: saturated."""
+
+    waits: np.ndarray
+    rate_per_s: np.ndarray
+    queued: np.ndarray
+
+    def quantile_s(self, quantile) -> np.ndarray:
+        """t_q = max(0, ln(C/(1 − q)))/θ; inf when saturated."""
+        tail = 1.0 - np.asarray(quantile, dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.where(self.waits > tail, np.log(np.maximum(self.waits, 1e-300) / tail) / self.rate_per_s, 0.0)
+        return np.where(self.rate_per_s <= 0, np.inf, t)
+
+
+def wait_law(arrival_rate, servers, mean_service_s, service_scv, full_prompts=1.0, full_pass_s=None,
+             batch=None) -> WaitLaw:
+    """The wait of an arrival (module docstring): C at the mean batch k (``batch``, else
+    `batch_prompts`), θ = (n·m_q/S(m_q) − λ)·2/(1 + c_s²) (m_q = 1 and S̄ without
+    batching)."""
     lam = np.asarray(arrival_rate, dtype=float)
     n = np.asarray(servers, dtype=float)
     s = np.asarray(mean_service_s, dtype=float)
-    if np.any(np.asarray(full_prompts) > 1.0):
-        sb = s if full_pass_s is None else full_pass_s
-        k = batch_prompts(lam, n, s, full_prompts, sb) if batch is None else batch
-        s = per_prompt_s(k, s, full_prompts, sb)
-    c = erlang_c(n, lam * s)
-    drain = n / s - lam
-    tail = 1.0 - np.asarray(quantile, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(c > tail, np.log(np.maximum(c, 1e-300) / tail) / drain, 0.0)
-    t = np.where(drain <= 0, np.inf, t)
-    return t * (1.0 + np.asarray(service_scv, dtype=float)) / 2.0
+    kb = np.asarray(full_prompts, dtype=float)
+    stretch = 2.0 / (1.0 + np.asarray(service_scv, dtype=float))
+    if not np.any(kb > 1.0):
+        return WaitLaw(erlang_c(n, lam * s), (n / s - lam) * stretch, np.ones(np.broadcast(lam, n, s).shape))
+    sb = s if full_pass_s is None else np.asarray(full_pass_s, dtype=float)
+    k = batch_prompts(lam, n, s, kb, sb) if batch is None else batch
+    per = per_prompt_s(k, s, kb, sb)
+    queued = queued_batch(lam * per / n, kb)
+    return WaitLaw(erlang_c(n, lam * per), (n / per_prompt_s(queued, s, kb, sb) - lam) * stretch, queued)
 
 
-def slo_capacity_rps(servers, mean_service_s, service_scv, wait_budget_s, max_utilization, quantile=0.99,
-                     full_prompts=1.0, full_pass_s=None):
-    """f(n): the largest arrival rate whose q-quantile wait fits ``wait_budget_s`` and whose
-    utilisation stays ≤ ρ_max (of the full-pass capacity n·k_B/S_B when batching); 0 where
-    the budget is negative. All arguments broadcast (bisection on λ — the wait quantile
-    increases with λ)."""
-    n, s, scv, budget, kb = np.broadcast_arrays(*(np.atleast_1d(np.asarray(x, dtype=float)) for x in
-                                                  (servers, mean_service_s, service_scv, wait_budget_s, full_prompts)))
+def wait_quantile_s(arrival_rate, servers, mean_service_s, service_scv, quantile=0.99, full_prompts=1.0,
+                    full_pass_s=None, batch=None):
+    """q-quantile of the wait before service starts (seconds), `wait_law`'s; inf at or
+    beyond saturation."""
+    return wait_law(arrival_rate, servers, mean_service_s, service_scv, full_prompts, full_pass_s,
+                    batch).quantile_s(quantile)
+
+
+def slo_capacity_rps(servers, mean_service_s, service_scv, slack: SlackTable, max_utilization, quantile=0.99,
+                     full_prompts=1.0, full_pass_s=None, law=None):
+    """f(n): the largest arrival rate whose requests meet the budget of ``slack`` in share
+    ``quantile`` — P(W + X > b) ≤ 1 − q (module docstring) — and whose utilisation stays
+    ≤ ρ_max (of the full-pass capacity n·k_B/S_B when batching); 0 where even an empty pool
+    misses. ``slack`` carries one riding law per count of prompts beside a waiting one
+    (geometric, `tail.geometric_weights`); ``law`` says which of its laws each entry uses
+    (default: its only one). Bisection on λ (P(W + X > b) grows with λ); every argument
+    broadcasts, so many tables are sized at once."""
+    n, s, scv, kb, q = np.broadcast_arrays(*(np.atleast_1d(np.asarray(x, dtype=float)) for x in
+                                             (servers, mean_service_s, service_scv, full_prompts, quantile)))
     sb = s if full_pass_s is None else np.broadcast_to(np.asarray(full_pass_s, dtype=float), s.shape)
+    row = None if law is None else np.broadcast_to(np.asarray(law), s.shape)
     top = max_utilization * n * np.maximum(kb, 1.0) / np.where(kb > 1.0, sb, s)
-    batching = dict(full_prompts=kb, full_pass_s=sb)
+    laws = slack.log_q.shape[1]
+
+    def misses(lam, k):
+        wait = wait_law(lam, n, s, scv, kb, sb, batch=k)
+        weights = geometric_weights(wait.queued - 1.0, laws) if laws > 1 else None
+        return slack.tail(wait.waits, wait.rate_per_s, weights, row) > 1.0 - q
+
     # the batch at the rates that bound λ brackets the batch at any rate between them, so each
     # step of the bisection on λ needs only a few steps of the one on k
     k_lo, k_hi = np.ones_like(top), batch_prompts(top, n, s, kb, sb)
-    fits_top = wait_quantile_s(top, n, s, scv, quantile, **batching, batch=k_hi) <= budget
+    fits_top = ~misses(top, k_hi)
     lo = np.zeros_like(top)
     hi = top.copy()
-    for _ in range(50):
+    for _ in range(CAPACITY_STEPS):
         mid = 0.5 * (lo + hi)
-        k = batch_prompts(mid, n, s, kb, sb, bracket=(k_lo, k_hi), iterations=8)
-        ok = wait_quantile_s(mid, n, s, scv, quantile, **batching, batch=k) <= budget
+        k = batch_prompts(mid, n, s, kb, sb, bracket=(k_lo, k_hi), iterations=4)
+        ok = ~misses(mid, k)
         lo, k_lo = np.where(ok, mid, lo), np.where(ok, k, k_lo)
         hi, k_hi = np.where(ok, hi, mid), np.where(ok, k_hi, k)
-    return np.where(budget < 0, 0.0, np.where(fits_top, top, lo))
+    return np.where(fits_top, top, lo)
 
 
-def capacity_table(max_servers: int, mean_service_s, service_scv, wait_budget_s, max_utilization, quantile=0.99,
+def capacity_table(max_servers: int, mean_service_s, service_scv, slack: SlackTable, max_utilization, quantile=0.99,
                    full_prompts=1.0, full_pass_s=None):
     """f(1), …, f(max_servers) as an array (index k−1 holds f(k))."""
-    return slo_capacity_rps(np.arange(1, max_servers + 1), mean_service_s, service_scv, wait_budget_s, max_utilization,
+    return slo_capacity_rps(np.arange(1, max_servers + 1), mean_service_s, service_scv, slack, max_utilization,
                             quantile, full_prompts, full_pass_s)
 
 

@@ -138,18 +138,24 @@ def quality_words(result, target: float) -> str:
 
 def _cost_by_workload(inst: Instance, sol, proc: pd.DataFrame) -> dict[str, float]:
     """Each (site, accelerator)'s cost split by the workloads' replica GPU-hours there (idle
-    capacity shared in the same proportion); egress by each workload's served output."""
+    capacity shared in the same proportion; nodes that only site-loss states use, which weigh
+    no hours, by those states' replica GPUs); egress by each workload's served output."""
     weight = {st.id: st.weight_hours for st in inst.states}
     share: dict = {}
+    spare: dict = {}
     for (pid, sid), n in sol.replicas.items():
         p = inst.pools[pid]
         share.setdefault((p.site, p.gpu), {}).setdefault(p.workload, 0.0)
         share[(p.site, p.gpu)][p.workload] += n * p.gpus * weight[sid]
+        spare.setdefault((p.site, p.gpu), {}).setdefault(p.workload, 0.0)
+        spare[(p.site, p.gpu)][p.workload] += n * p.gpus
     out = {k: 0.0 for k in inst.workloads}
     for row in proc.itertuples():
         if row.gpu == "egress":
             continue
         parts = share.get((row.site, row.gpu), {})
+        if not sum(parts.values()):
+            parts = spare.get((row.site, row.gpu), {})
         total = sum(parts.values())
         for k, v in parts.items():
             out[k] += row.cost_usd * v / total

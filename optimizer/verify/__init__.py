@@ -29,6 +29,11 @@ start empty and the first 10 % of arrivals are not counted; decode batches start
 steady state, since filling them from empty takes longer than that; uncounted arrivals
 continue for a cool-down after the counted ones).
 
+Predicted beside it: the p99s of the same mixture of routes through the same pools
+(`optimizer.results.latency`: per group, its routes weighted by their rates behind their
+round trips; per metro, its routes over the groups it was simulated in) — not the worst
+arc of slo.csv, which promises each arc at its worst slice.
+
 Measured per request: TTFT = RTT + fixed overheads + time from arrival at the pool to the
 first token; every inter-token gap (tokens of one speculative step after its first have
 gap 0). TTFT attainment = share of requests with TTFT ≤ objective; ITL attainment = share
@@ -68,9 +73,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from optimizer.configs import config_at
 from optimizer.errors import Origin, ScenarioError, shorten
 from optimizer.folder.read import read_plan, scenario_of
 from optimizer.outputs import write_csv, write_text_atomic
+from optimizer.results.latency import predict
 from optimizer.units import Role
 from optimizer.verify.arrivals import POISSON
 from optimizer.verify.engine import ConstantSteps, InvariantError, PoolSpec, StepModel, fifo_pool, simulate_pool
@@ -238,7 +245,8 @@ def verify_plan(plan_dir, slices="peak", requests=20000, seed=0, progress=None, 
                 results[i], secs = f.result()
                 _report(say, n + 1, len(groups), groups[i], results[i], _timed(results[i], secs))
     done = [r for r in results if r is not None]
-    tables = {"by_pool": _by_pool(s, plan.tables["slo"], done), "by_metro": _by_metro(s, plan.tables["slo"], done)}
+    predicted = _predictions(s, plan.tables, done)
+    tables = {"by_pool": _by_pool(s, predicted, done), "by_metro": _by_metro(s, predicted, done)}
     summary = _summary(s, tables, done, seed, time.perf_counter() - t0, opt, groups)
     summary["arrivals"] = arrivals.name
     good, tokens = _goodput_tokens(s, done)
@@ -328,21 +336,39 @@ def _row(s, workload: str, ttft, tokens, gaps, ok, hist) -> dict:
     }
 
 
-def _predicted(slo: pd.DataFrame, mask) -> tuple[float, float]:
-    rows = slo[mask]
-    if rows.empty:
-        return float("nan"), float("nan")
-    return float(rows["ttft_p99_ms_predicted"].max()), float(rows["itl_p99_ms_predicted"].max())
+def _predictions(s, tables: dict[str, pd.DataFrame], results: list[GroupResult]) -> dict:
+    """The predicted p99 TTFT and ITL of what was simulated, like with like: per group, the
+    mixture of its routes (by their rates, each behind its round trip) through the pools of
+    its slice (`optimizer.results.latency`); per (metro, workload), the mixture of that
+    metro's routes over the groups it was simulated in. {("group", key) | ("metro", metro,
+    workload): (ttft ms, itl ms)}."""
+    if not results:
+        return {}
+    slices = {(r.group.period, r.group.day_type, r.group.hour) for r in results}
+    pools = _nominal(tables["pools"])
+    pools = pools[[(p, d, int(h)) in slices for p, d, h in zip(pools["period"], pools["day_type"], pools["hour"])]]
+    curves = tables["curves"].set_index("id", drop=False)
+    configs = {cid: config_at(curves.loc[cid], s) for cid in pools["config"].unique()}
+    prediction = predict(s, configs, pools)
+    groups: dict = {}
+    for r in results:
+        g = r.group
+        routes = [(x.metro, ((g.site, g.workload, x.tier, g.period, g.day_type, g.hour), x.requests_per_s, x.rtt_ms))
+                  for x in g.routes if x.requests_per_s > 0]
+        groups[("group", g.key)] = [route for _, route in routes]
+        for metro, route in routes:
+            groups.setdefault(("metro", metro, g.workload), []).append(route)
+    keys = list(groups)
+    ttft = prediction.ttft_p99_ms([groups[k] for k in keys])
+    itl = prediction.itl_p99_ms([[(key, w) for key, w, _ in groups[k]] for k in keys])
+    return {k: (float(a), float(b)) for k, a, b in zip(keys, ttft, itl)}
 
 
-def _by_pool(s, slo: pd.DataFrame, results: list[GroupResult]) -> pd.DataFrame:
+def _by_pool(s, predicted: dict, results: list[GroupResult]) -> pd.DataFrame:
     rows = []
     for r in results:
         g = r.group
-        arcs = {(x.metro, x.tier) for x in g.routes}
-        mask = (slo["site"] == g.site) & (slo["workload"] == g.workload) & pd.Series(
-            [(m, t) in arcs for m, t in zip(slo["metro"], slo["tier"])], index=slo.index, dtype=bool)
-        ttft_pred, itl_pred = _predicted(slo, mask)
+        ttft_pred, itl_pred = predicted.get(("group", g.key), (float("nan"), float("nan")))
         row = {"site": g.site, "workload": g.workload, "period": g.period, "day_type": g.day_type, "hour": g.hour,
                **_row(s, g.workload, r.ttft_ms, r.tokens, r.gaps, r.ok_gaps, r.hist),
                "ttft_p99_ms_predicted": ttft_pred, "itl_p99_ms_predicted": itl_pred, "requests_simulated": r.simulated}
@@ -350,28 +376,23 @@ def _by_pool(s, slo: pd.DataFrame, results: list[GroupResult]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=POOL_KEYS + COLUMNS + ["requests_simulated"])
 
 
-def _by_metro(s, slo: pd.DataFrame, results: list[GroupResult]) -> pd.DataFrame:
+def _by_metro(s, predicted: dict, results: list[GroupResult]) -> pd.DataFrame:
     parts: dict = {}
     for r in results:
         g = r.group
         group_gaps = r.gaps.sum()
         for metro in np.unique(r.metro):
             mask = r.metro == metro
-            p = parts.setdefault((metro, g.workload), {"ttft": [], "tokens": [], "gaps": [], "ok": [], "hist": 0.0,
-                                                       "arcs": set()})
+            p = parts.setdefault((metro, g.workload), {"ttft": [], "tokens": [], "gaps": [], "ok": [], "hist": 0.0})
             p["ttft"].append(r.ttft_ms[mask])
             p["tokens"].append(r.tokens[mask])
             p["gaps"].append(r.gaps[mask])
             p["ok"].append(r.ok_gaps[mask])
             if group_gaps:
                 p["hist"] = p["hist"] + r.hist * (r.gaps[mask].sum() / group_gaps)
-            p["arcs"].update((g.site, x.tier) for x in g.routes if x.metro == metro)
     rows = []
     for (metro, k), p in sorted(parts.items()):
-        arcs = p["arcs"]
-        mask = (slo["metro"] == metro) & (slo["workload"] == k) & pd.Series(
-            [(a, b) in arcs for a, b in zip(slo["site"], slo["tier"])], index=slo.index, dtype=bool)
-        ttft_pred, itl_pred = _predicted(slo, mask)
+        ttft_pred, itl_pred = predicted.get(("metro", metro, k), (float("nan"), float("nan")))
         hist = p["hist"] if isinstance(p["hist"], np.ndarray) else np.zeros(1)
         cat = {key: np.concatenate(p[key]) for key in ("ttft", "tokens", "gaps", "ok")}
         rows.append({"metro": metro, "workload": k,
