@@ -125,7 +125,8 @@ def test_more_moves_never_cost_more_and_the_same_budget_gives_the_same_plan(us_e
 
 def test_first_plan_steps_include_the_moves(tiny):
     result = solve(tiny, SolverSettings(exact=False, steps=FIRST_PLAN_STEPS, effort="first"))
-    assert [step.kind for step in result.steps][:2] == ["bound", "improve"]
+    kinds = [step.kind for step in result.steps]
+    assert kinds[0] == "bound" and {"reoperate", "improve"} <= set(kinds)
     assert result.work.get("moves priced", 0) > 0
     assert np.isfinite(result.objective_usd)
 

@@ -43,7 +43,8 @@ def run_exact(ctx, cache, what: str, nodes: int) -> tuple[Candidate | None, obje
     target (the wall-clock cap stops it too); its bound noted. (the plan, HiGHS's outcome,
     seconds)."""
     t = time.perf_counter()
-    out = cache.run(max(ctx.time_left(), 1.0), ctx.settings.mip_gap, 1, what, watcher(ctx, what), nodes=nodes)
+    out = cache.run(max(ctx.time_left(), 1.0), ctx.settings.mip_gap, ctx.settings.threads, what, watcher(ctx, what),
+                    nodes=nodes)
     ctx.count("branch-and-bound nodes", out.nodes)
     ctx.stopped_by_clock = ctx.stopped_by_clock or out.status == "time_limit"
     if out.bound is not None and math.isfinite(out.bound):

@@ -1,6 +1,7 @@
 """A plan's commitment operated: the plan's own formulation on a one-hour view of the
-instance (`instance.operating_view`) with the commitment fixed (`formulations.Operating`) —
-how `optimizer.operate` routes again an hour the plan's routing cannot host.
+instance (`instance.operating_view`) with the commitment fixed (`formulations.Operating`).
+Two uses: the plan's own slices operated again on its commitment (`reoperate_slices`, a step of
+the solve), and the hours of the operated year its routing cannot host (`optimizer.operate`).
 
 Per hour, only the demand changes: the program stays in HiGHS and each solve starts from the
 last basis (a fraction of a millisecond on the reference scenario). Its pools are priced at the
@@ -25,8 +26,9 @@ from formulations import (
     unserved_columns,
 )
 from optimizer.backends import HighsDirect
-from optimizer.fleet import Solution
+from optimizer.fleet import Solution, committed_nodes
 from optimizer.instance import Instance, kappa, operating_view
+from optimizer.repair import repair
 from optimizer.units import SECONDS_PER_HOUR
 
 TIE_BREAK_USD_PER_GPU_HOUR = 1e-4  # small beside any price, large beside the solver's tolerances
@@ -78,3 +80,23 @@ class OperatingProgram:
 
     def read(self, x: np.ndarray) -> Reading:
         return read_solution(self.lp, x)
+
+
+def reoperate_slices(inst: Instance, sol: Solution) -> Solution | None:
+    """The plan's slices operated again on its commitment and pools, made whole and
+    re-committed (`repair.repair`): committed GPUs cost nothing in the hour, so each slice fills
+    them before it rents, which the master's linear prices cannot see. None where one program
+    cannot stand for every state (site-loss states, more than one regime) or a slice fails."""
+    if any(st.lost_site is not None or st.regime != inst.states[0].regime for st in inst.states):
+        return None
+    program = OperatingProgram(inst, committed_nodes(sol), largest_sizes(sol))
+    flows, routes, unserved = {}, {}, {}
+    for st in inst.states:
+        x, optimal = program.solve(np.array([inst.demand.get((m, k, st.slice), 0.0) for m, k in program.keys]))
+        if not optimal:
+            return None
+        hour = program.read(x)
+        flows.update({(pid, st.id): v for (pid, _), v in hour.flows.items()})
+        routes.update({(*key[:4], st.id): v for key, v in hour.routes.items()})
+        unserved.update({(m, k, st.id): v for (m, k, _), v in hour.unserved.items()})
+    return repair(inst, flows, routes, unserved)

@@ -92,7 +92,7 @@ class SolverSettings:
 class SolveStep:
     """One line of the solve's log."""
 
-    kind: str  # "bound" | "improve" | "exact" | "replan" | "lagrangian"
+    kind: str  # "bound" | "room" | "reoperate" | "improve" | "exact" | "replan" | "lagrangian"
     status: str
     objective_usd: float | None  # what the solver's program priced
     bound_usd: float | None

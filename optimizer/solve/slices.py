@@ -77,9 +77,10 @@ class SliceProgram:
         self.backend.forget_basis()
 
     def solve(self, nodes: int, gap: float, seconds: float) -> SliceResult:
-        """At most ``nodes`` branch-and-bound nodes (or ``seconds``, the wall-clock cap), one thread."""
+        """At most ``nodes`` branch-and-bound nodes (or ``seconds``, the wall-clock cap). HiGHS
+        keeps the thread count its process started with: changing it later fails the run."""
         t = time.perf_counter()
-        out = self.backend.solve(seconds, gap, 1, nodes=nodes)
+        out = self.backend.solve(seconds, gap, None, nodes=nodes)
         if out.bound is not None and np.isfinite(out.bound):
             bound = float(out.bound)
         else:  # stopped before HiGHS had a bound: none, unless the program was solved
