@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
 
 from optimizer.contracts import COST_COLUMNS, TERMS
-from optimizer.curves.queueing import servers_needed_many
+from optimizer.curves.queueing import servers_needed, servers_needed_many
 from optimizer.instance import Instance, Pool
 from optimizer.units import HOURS_PER_YEAR, SECONDS_PER_HOUR, Role
 
@@ -70,8 +71,14 @@ def replicas_needed(pool: Pool, mean_rps) -> np.ndarray:
 
 
 def replicas_for(pool: Pool, mean_rps: float) -> int:
-    """`replicas_needed` of one load."""
-    return int(replicas_needed(pool, mean_rps))
+    """`replicas_needed` of one load (the same rule, without arrays: searches price thousands)."""
+    load = pool.peak_to_mean * mean_rps
+    if load <= NO_LOAD_RPS:
+        return 0
+    n = servers_needed(load, pool.table) if pool.table is not None else 0
+    if pool.role in (Role.DECODE, Role.COLOCATED):
+        n = max(n, math.ceil(load / pool.decode_rps - ROUNDING))
+    return n
 
 
 def capacity_rps(pool: Pool, n: int) -> float:
@@ -155,7 +162,7 @@ def site_kw(inst: Instance, sol: Solution, state: int) -> dict[str, float]:
 # ---------------------------------------------------------------------------- hours
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Hours:
     """A sequence of hours a fleet is priced over: each position's weight in hours of the year
     and how often its rises recur (days: a planned hour recurs once a day of its day type, an
@@ -171,15 +178,19 @@ class Hours:
         """n consecutive hours of the year, each once, rises counted in order (the year wraps)."""
         return cls(np.ones(n), np.ones(n), (np.arange(n),))
 
+    @cached_property
+    def previous(self) -> np.ndarray:
+        """Each position's previous hour in its cycle (the first's is the cycle's last)."""
+        out = np.arange(len(self.weight_hours))
+        for cycle in self.cycles:
+            out[cycle] = np.roll(cycle, 1)
+        return out
+
     def rises(self, ondemand: np.ndarray) -> np.ndarray:
         """Nodes started at each position: o_h − o_{h−1} where positive, within its cycle
         (positions on the last axis)."""
         ondemand = np.asarray(ondemand)
-        out = np.zeros(ondemand.shape, dtype=np.int64)
-        for cycle in self.cycles:
-            values = ondemand[..., cycle]
-            out[..., cycle] = np.maximum(values - np.roll(values, 1, axis=-1), 0)
-        return out
+        return np.maximum(ondemand - ondemand[..., self.previous], 0)
 
 
 def plan_hours(inst: Instance) -> tuple[list[int], Hours]:
