@@ -37,7 +37,7 @@ def main() -> None:
         ax.step(h["seconds"], h["plan_usd"] / 1e6, where="post", label="best whole plan")
         ax.step(h["seconds"], h["bound_usd"] / 1e6, where="post", label="best bound")
         last = h.dropna(subset=["plan_usd", "bound_usd"]).iloc[-1]
-        gap = (last["plan_usd"] - last["bound_usd"]) / last["plan_usd"]
+        gap = max(0.0, (last["plan_usd"] - last["bound_usd"]) / last["plan_usd"])
         ax.set_title(f"{step}: gap {gap:.1%} at {last['seconds']:.0f} s")
         ax.set_xlabel("seconds into the solve")
         ax.set_ylabel("US$ million per year")

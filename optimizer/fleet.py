@@ -291,6 +291,93 @@ class Commitments:
         return Committed(term, int(c[i]), o[i], float(cost[i]), bool(over[i]))
 
 
+class PairCost:
+    """`Commitments.best` for one (site, accelerator) kept up to date as the nodes needed in a
+    few states change — what a search on whole plans prices thousands of times. For every
+    commitment c = 0 … C it holds the on-demand nodes o[c, t] of each state and the year's
+    cost of c; a state's need changing touches only that state's column and the ramps into and
+    out of it: O(C) instead of O(C·T)."""
+
+    def __init__(self, rule: Commitments, site: str, gpu: str, need: np.ndarray, need_contingency: int = 0):
+        self.rule, self.site, self.gpu, self.contingency = rule, site, gpu, need_contingency
+        inst = rule.inst
+        self.term, self.rate = _cheapest_term(inst, site, gpu)
+        self.od_rate = inst.contracts[(site, gpu)].ondemand
+        self.cap_c = inst.committed_max[(site, gpu)] if self.term else 0
+        self.previous = rule.hours.previous
+        self.following = np.argsort(self.previous)  # the position each one is the previous of
+        self._build(np.asarray(need, dtype=np.int64).copy())
+        self.current = self._best(self.cost, self.need, self.o)
+
+    def _build(self, need: np.ndarray) -> None:
+        hours = self.rule.hours
+        self.need = need
+        self.c = np.arange(0, min(self.cap_c, max(int(need.max(initial=0)), self.contingency)) + 1)
+        self.o = np.stack([self._column(t, need[t]) for t in range(len(need))], axis=1)
+        self.cost = (self.c * self.rate * HOURS_PER_YEAR + self.od_rate * (self.o @ hours.weight_hours)
+                     + self.od_rate * self.rule.inst.cold_start_hours * (hours.rises(self.o) @ hours.repeats))
+
+    def _column(self, t: int, nodes: int) -> np.ndarray:
+        o = ondemand_for(nodes, self.c, self.rule.inst.warm_fraction)
+        if t == self.rule.peak_pos:
+            o = np.maximum(o, ondemand_for(self.contingency, self.c, self.rule.inst.warm_fraction))
+        return o
+
+    def _ramp(self, into: np.ndarray, before: np.ndarray, t: int) -> np.ndarray:
+        """The ramp cost of the rises into position t, for every c."""
+        return (self.od_rate * self.rule.inst.cold_start_hours * self.rule.hours.repeats[t]
+                * np.maximum(into - before, 0))
+
+    def _best(self, cost: np.ndarray, need: np.ndarray, o: np.ndarray) -> Committed:
+        """The cheapest c of ``cost`` (a c whose busiest state rents beyond the on-demand cap
+        only where none fits)."""
+        busiest = max(int(need.max(initial=0)), self.contingency)
+        over = ondemand_for(busiest, self.c, self.rule.inst.warm_fraction) > self.rule.inst.ondemand_max[(self.site, self.gpu)]
+        i = int(np.lexsort((cost, over))[0])
+        return Committed(self.term, int(self.c[i]), o[i].copy(), float(cost[i]), bool(over[i]))
+
+    def trial(self, changes: dict[int, int]) -> tuple[Committed, tuple]:
+        """The commitment with the nodes needed at some positions changed (position → nodes),
+        and a token `keep` takes; nothing is kept until then."""
+        need = self.need.copy()
+        for t, n in changes.items():
+            need[t] = n
+        if max(int(need.max(initial=0)), self.contingency) > self.c[-1] and self.c[-1] < self.cap_c:
+            full = PairCost(self.rule, self.site, self.gpu, need, self.contingency)  # a larger c may pay now
+            return full.current, ("rebuilt", full)
+        columns = {t: self._column(t, n) for t, n in changes.items()}
+        at = lambda t: columns[t] if t in columns else self.o[:, t]  # noqa: E731
+        cost = self.cost.copy()
+        for t in set(changes) | {int(self.following[t]) for t in changes}:
+            before = int(self.previous[t])
+            cost += self._ramp(at(t), at(before), t) - self._ramp(self.o[:, t], self.o[:, before], t)
+        for t, column in columns.items():
+            cost += self.od_rate * self.rule.hours.weight_hours[t] * (column - self.o[:, t])
+        o = self.o.copy() if len(columns) > 1 else self.o
+        if o is self.o:
+            (t, column), = columns.items()
+            saved = o[:, t].copy()
+            o[:, t] = column
+            committed = self._best(cost, need, o)
+            o[:, t] = saved
+        else:
+            for t, column in columns.items():
+                o[:, t] = column
+            committed = self._best(cost, need, o)
+        return committed, ("updated", need, columns, cost, committed)
+
+    def keep(self, token: tuple) -> None:
+        """Make a trial's result current."""
+        if token[0] == "rebuilt":
+            full = token[1]
+            self.c, self.o, self.cost, self.need, self.current = full.c, full.o, full.cost, full.need, full.current
+            return
+        _, need, columns, cost, committed = token
+        for t, column in columns.items():
+            self.o[:, t] = column
+        self.need, self.cost, self.current = need, cost, committed
+
+
 def commit(inst: Instance, need: dict[tuple[str, str, int], int]):
     """Per (site, accelerator): the whole number of committed nodes c, on the cheapest allowed
     term, minimising

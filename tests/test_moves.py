@@ -151,3 +151,27 @@ def test_more_effort_never_serves_less_nor_costs_more_on_tiny(scale):
 def test_more_effort_never_serves_less_nor_costs_more_on_us_east(us_east):
     (u1, c1), (u2, c2) = (_by_effort(us_east, effort) for effort in ("first", "quick"))
     assert u1 == u2 == 0 and c2 <= c1 + 1e-6
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), steps=st.integers(1, 6))
+def test_a_pairs_commitment_kept_up_to_date_equals_one_priced_from_scratch(us_east, seed, steps):
+    """`fleet.PairCost` updates a (site, accelerator)'s commitment when a few states' needs
+    change; after any sequence of kept trials it is what `Commitments.best` finds afresh."""
+    from optimizer.fleet import Commitments, PairCost
+
+    rng = np.random.default_rng(seed)
+    rule = Commitments(us_east)
+    key = sorted(us_east.site_gpus)[seed % len(us_east.site_gpus)]
+    need = rng.integers(0, 12, len(rule.ids))
+    pair = PairCost(rule, *key, need)
+    for _ in range(steps):
+        changes = {int(t): int(n) for t, n in zip(rng.integers(0, len(need), 2), rng.integers(0, 20, 2))}
+        trial, token = pair.trial(changes)
+        for t, n in changes.items():
+            need[t] = n
+        fresh = rule.best(*key, need)
+        assert trial.cost_usd == pytest.approx(fresh.cost_usd, rel=1e-12)
+        assert trial.nodes == fresh.nodes and list(trial.ondemand) == list(fresh.ondemand)
+        pair.keep(token)
+    assert pair.current.cost_usd == pytest.approx(rule.best(*key, need).cost_usd, rel=1e-12)

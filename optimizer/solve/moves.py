@@ -30,7 +30,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.fleet import Commitments, Solution, commit, gpus_in_replicas, node_kw, nodes_for, replicas_for
+from optimizer.fleet import (
+    Commitments,
+    PairCost,
+    Solution,
+    commit,
+    gpus_in_replicas,
+    node_kw,
+    nodes_for,
+    replicas_for,
+)
 from optimizer.instance import Instance
 from optimizer.units import Regime, Role
 
@@ -48,7 +57,7 @@ class Priced:
     loads: dict  # state → pool → new load
     routes: dict  # state → arc → new requests/s
     replicas: dict  # (pool, state) → whole replicas
-    pairs: dict  # (site, gpu) → (GPUs per position, its `Committed`)
+    pairs: dict  # (site, gpu) → (GPUs per position, its trial `Committed` and token; None: same nodes)
     feasible: bool
 
     @property
@@ -86,16 +95,18 @@ class WholePlan:
         for (pid, sid), n in self.replicas.items():
             p = inst.pools[pid]
             self.gpus[(p.site, p.gpu)][self.position[sid]] += n * p.gpus
-        self.contingency = contingency
-        self.committed = {key: self._commit(key, self.gpus[key]) for key in inst.site_gpus}
+        self.pairs = {key: PairCost(self.rule, *key, nodes_for(self.gpus[key], inst.gpus_per_node[key[1]]),
+                                    contingency.get(key, 0)) for key in inst.site_gpus}
 
-    def _commit(self, key, gpus: np.ndarray):
-        return self.rule.best(*key, nodes_for(gpus, self.inst.gpus_per_node[key[1]]), self.contingency.get(key, 0))
+    @property
+    def committed(self) -> dict:
+        """(site, gpu) → its current whole commitment (`fleet.Committed`)."""
+        return {key: pair.current for key, pair in self.pairs.items()}
 
     @property
     def cost_usd(self) -> float:
         """The fleet's cost (commitment, on-demand, ramps); egress and penalties do not move."""
-        return sum(c.cost_usd for c in self.committed.values())
+        return sum(pair.current.cost_usd for pair in self.pairs.values())
 
     # ---------------------------------------------------------------------- pricing a move
     def price(self, loads: dict, routes: dict | None = None) -> Priced:
@@ -116,14 +127,21 @@ class WholePlan:
                     gpus += (n - before) * p.gpus
         pairs, cost, feasible = {}, 0.0, True
         for key, deltas in change.items():
+            if not any(deltas.values()):
+                continue
             new = self.gpus[key].copy()
             for where, d in deltas.items():
                 new[where] += d
-            if not any(deltas.values()):
+            pair = self.pairs[key]
+            per_node = inst.gpus_per_node[key[1]]
+            nodes = {where: int(nodes_for(new[where], per_node)) for where in deltas}
+            nodes = {where: n for where, n in nodes.items() if n != pair.need[where]}
+            if not nodes:  # the same whole nodes: only the GPUs in replicas change
+                pairs[key] = (new, None, None)
                 continue
-            committed = self._commit(key, new)
-            pairs[key] = (new, committed)
-            cost += committed.cost_usd - self.committed[key].cost_usd
+            committed, token = pair.trial(nodes)
+            pairs[key] = (new, committed, token)
+            cost += committed.cost_usd - pair.current.cost_usd
             feasible = feasible and not committed.over_cap
         feasible = feasible and all(self._power_ok(site, pairs) for site in {s for s, _ in pairs})
         return Priced(cost, gpus, loads, routes or {}, replicas, pairs, feasible)
@@ -133,7 +151,8 @@ class WholePlan:
         kw = np.zeros(len(self.rule.ids))
         for s, g in self.inst.site_gpus:
             if s == site:
-                c = pairs[(s, g)][1] if (s, g) in pairs else self.committed[(s, g)]
+                trial = pairs.get((s, g), (None, None))[1]
+                c = trial if trial is not None else self.pairs[(s, g)].current
                 kw += node_kw(self.inst, s, g, c.nodes + c.ondemand)
         return bool((kw <= self.inst.power_kw[site] * (1 + 1e-9)).all())
 
@@ -155,8 +174,10 @@ class WholePlan:
                 self.replicas[key] = n
             else:
                 self.replicas.pop(key, None)
-        for key, (gpus, committed) in move.pairs.items():
-            self.gpus[key], self.committed[key] = gpus, committed
+        for key, (gpus, _, token) in move.pairs.items():
+            self.gpus[key] = gpus
+            if token is not None:
+                self.pairs[key].keep(token)
 
     def solution(self) -> Solution:
         """The plan as a `fleet.Solution`, made whole by `fleet.commit` (site-loss states as
