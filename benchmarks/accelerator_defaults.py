@@ -26,11 +26,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from optimizer.calibration.defaults import offline_tokens_per_gpu  # noqa: E402
-from optimizer.calibration.model import shipped_catalogue  # noqa: E402
-from optimizer.calibration.params import Calibration  # noqa: E402
-from optimizer.operating import operating_table  # noqa: E402
+from optimizer.commands.calibrate.defaults import offline_tokens_per_gpu  # noqa: E402
+from optimizer.commands.calibrate.model import shipped_catalogue  # noqa: E402
 from optimizer.scenario import Serving  # noqa: E402
+from optimizer.scenario.calibration.params import Calibration  # noqa: E402
+from optimizer.serving.table import operating_table  # noqa: E402
 
 MODELS = (("llama-3.1-70b", "fp8"), ("llama-3.1-8b", "bf16"))
 MLPERF_PER_GPU = {"h100-sxm": 24_524.9 / 8, "h200-sxm": 31_302.7 / 8, "mi300x": 23_514.8 / 8, "l40s": 3_717.74 / 8}

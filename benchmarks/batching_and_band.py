@@ -22,17 +22,17 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.budget import Stages
-from optimizer.configs import make_replica, prefill_config
+from optimizer.commands.pipeline import make_plan
+from optimizer.commands.verify import fifo_pool, verify_plan
 from optimizer.curves.lengths import LengthDistribution
 from optimizer.curves.prefill_batch import pass_time_s
 from optimizer.curves.queueing import wait_law
 from optimizer.curves.roofline import prefill_time_s
 from optimizer.curves.tail import geometric_weights, law, sojourn_quantile_s
 from optimizer.folder.write import write_plan
-from optimizer.pipeline import make_plan
 from optimizer.scenario import load_scenario
-from optimizer.verify import fifo_pool, verify_plan
+from optimizer.serving.budget import Stages
+from optimizer.serving.configs import make_replica, prefill_config
 
 QUEUE_CASES = [("code-completion", "h100-sxm", 4, 2048), ("code-completion", "h100-sxm", 4, 8192),
                ("chat", "b200", 8, 8192)]

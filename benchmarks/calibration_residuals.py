@@ -4,12 +4,12 @@ values) and after (the shipped defaults, data/serving_calibration.csv), per sour
     python benchmarks/calibration_residuals.py
 
 Sources: data/calibration/aiconfigurator.csv (AIConfigurator 0.12 kernel-measured database,
-exported by `python -m optimizer.calibration.aiconfigurator`), one source per accelerator ×
+exported by `python -m optimizer.commands.calibrate.aiconfigurator`), one source per accelerator ×
 engine × weight dtype, each scored with the defaults' row of its engine; and the published
 end-to-end points of `benchmarks/curves_vs_published.py` (MLPerf v4.1 Offline, status C;
 framework benchmarks, status S, shown but not counted). "held out" rows are the points the
 shipped fit did not see (the same seeded 20 % split as `python -m
-optimizer.calibration.defaults`). Ratio = predicted / measured latency (for a throughput
+optimizer.commands.calibrate.defaults`). Ratio = predicted / measured latency (for a throughput
 point: time per token, published / modelled tokens/s); "in band" = within 0.8–1.25×. Runs in
 a few seconds.
 """
@@ -24,12 +24,13 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from optimizer.calibration.fit import FIT_KEY, split_holdout  # noqa: E402
-from optimizer.calibration.model import measured_ms, predict_ms  # noqa: E402
-from optimizer.calibration.params import Calibration  # noqa: E402
-from optimizer.calibration.tables import read_table  # noqa: E402
-from optimizer.scenario import Serving  # noqa: E402
 from curves_vs_published import ratios as published_ratios  # noqa: E402  (this folder)
+
+from optimizer.commands.calibrate.fit import FIT_KEY, split_holdout  # noqa: E402
+from optimizer.commands.calibrate.model import measured_ms, predict_ms  # noqa: E402
+from optimizer.scenario import Serving  # noqa: E402
+from optimizer.scenario.calibration.params import Calibration  # noqa: E402
+from optimizer.scenario.calibration.tables import read_table  # noqa: E402
 
 TABLE = Path(__file__).resolve().parent.parent / "data" / "calibration" / "aiconfigurator.csv"
 

@@ -6,7 +6,7 @@
 For each case of ``data/calibration/aiconfigurator_best.csv`` (Llama-3.1-70B bf16 with
 TensorRT-LLM; 1,000/1,000 tokens with TTFT 300 ms and 4,000/500 with TTFT 1,000 ms, ITL
 50 ms; H100 and H200) it plans one site serving one workload at a fixed request rate
-(`optimizer.calibration.goodput`) and prints its goodput per GPU beside the configurator's
+(`benchmarks/configurator_goodput.py`) and prints its goodput per GPU beside the configurator's
 best configuration on 64 GPUs, with the ratio. "before" plans with the pre-calibration
 global parameters (a calibration file holding only the neutral catch-all row) through
 today's curves; "after" with the shipped defaults. `--run-aiconfigurator` reruns the
@@ -24,9 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from optimizer.calibration.files import write_calibration  # noqa: E402
-from optimizer.calibration.goodput import case_of, plan_goodput, recorded  # noqa: E402
-from optimizer.calibration.params import ParameterSet  # noqa: E402
+from configurator_goodput import case_of, plan_goodput, recorded  # noqa: E402
+
+from optimizer.scenario.calibration.files import write_calibration  # noqa: E402
+from optimizer.scenario.calibration.params import ParameterSet  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -50,7 +51,7 @@ def main(argv=None) -> int:
                   f"| {after['mode']}: {after['pools']} | {after['gpus']:g} | {after['tokens_per_s_per_gpu']:,.0f} "
                   f"| {after['tokens_per_s_per_gpu'] / reference:.2f} |")
             if args.run_aiconfigurator:
-                from optimizer.calibration.aiconfigurator import best_configuration
+                from optimizer.commands.calibrate.aiconfigurator import best_configuration
 
                 fresh = best_configuration(case)
                 print(f"|   rerun | {fresh['best_mode']}: {fresh['config']} ({fresh['version']}) "

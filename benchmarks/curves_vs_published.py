@@ -23,7 +23,7 @@ Assumptions (stated again in the printed output):
   https://worldnl.com/nvidia-publishes-first-blackwell-b200-mlperf-results-up-to-4x-faster-than-its-h100-predecessor-when-31162.html):
   the B200 row is modelled at FP4 as submitted (weights 0.5 B, 2× the FP8 rate, FP8
   efficiencies; assumed), the FP8 model shown beside it for information.
-* Saturation (`optimizer.calibration.defaults.offline_tokens_per_s`): the largest batch the
+* Saturation (`optimizer.commands.calibrate.defaults.offline_tokens_per_s`): the largest batch the
   KV budget holds with prompt + output reserved per sequence, no ITL limit, decode stepping at
   the mean context (prompt + half the output), prefill charged as extra replica time per
   output token with prompts packed into passes of ~8k tokens. The best parallel degree
@@ -55,14 +55,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from optimizer.calibration.defaults import offline_tokens_per_s  # noqa: E402
-from optimizer.calibration.model import shipped_catalogue  # noqa: E402
-from optimizer.calibration.params import Calibration  # noqa: E402
-from optimizer.configs import make_replica, parallel_degrees  # noqa: E402
+from optimizer.commands.calibrate.defaults import offline_tokens_per_s  # noqa: E402
+from optimizer.commands.calibrate.model import shipped_catalogue  # noqa: E402
 from optimizer.curves.memory import kv_budget_bytes, max_concurrency  # noqa: E402
 from optimizer.curves.roofline import decode_step_parts, decode_step_time_s, prefill_flops, prefill_time_s  # noqa: E402
 from optimizer.curves.shapes import Replica  # noqa: E402
 from optimizer.scenario import Serving  # noqa: E402
+from optimizer.scenario.calibration.params import Calibration  # noqa: E402
+from optimizer.serving.configs import make_replica, parallel_degrees  # noqa: E402
 
 MLPERF_ISL, MLPERF_OSL = 294, 286
 R6_ISL, R6_OSL = 512, 256

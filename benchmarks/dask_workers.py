@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from dask.distributed import LocalCluster  # noqa: E402
 from plan_scale import scenario_for  # noqa: E402
 
-from optimizer.instance import build_instance  # noqa: E402
-from optimizer.network import build_graph, rtt_matrix  # noqa: E402
-from optimizer.pipeline import settings_from  # noqa: E402
+from optimizer.commands.pipeline import settings_from  # noqa: E402
+from optimizer.geography.network import build_graph, rtt_matrix  # noqa: E402
+from optimizer.instance.build import build_instance  # noqa: E402
 from optimizer.scenario import load_scenario  # noqa: E402
 from optimizer.solve import solve  # noqa: E402
 from optimizer.solve.anytime import replan  # noqa: E402

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from optimizer.operate import operate_plan
+from optimizer.commands.operate import operate_plan
 
 
 def main(argv=None) -> int:

@@ -35,12 +35,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from synthetic import REFERENCE_SITES, write_case  # noqa: E402
 
-from optimizer.baseline import baseline  # noqa: E402
-from optimizer.instance import build_instance  # noqa: E402
-from optimizer.network import build_graph, rtt_matrix  # noqa: E402
-from optimizer.pipeline import settings_from  # noqa: E402
+from optimizer.commands.pipeline import settings_from  # noqa: E402
+from optimizer.geography.network import build_graph, rtt_matrix  # noqa: E402
+from optimizer.instance.build import build_instance  # noqa: E402
 from optimizer.scenario import DATA_DIR, MixRow, load_scenario  # noqa: E402
 from optimizer.solve import solve  # noqa: E402
+from optimizer.solve.baseline import baseline  # noqa: E402
 from optimizer.solve.settings import EFFORTS  # noqa: E402
 
 COLUMNS = ["step", "metros", "sites", "slices", "dropped_pairs", "variables", "integers", "rows", "nonzeros", "build_s",

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from optimizer.commands.pipeline import make_plan
+from optimizer.commands.verify import verify_plan, write_verify
 from optimizer.folder.write import write_plan
-from optimizer.pipeline import make_plan
 from optimizer.scenario import DATA_DIR
-from optimizer.verify import verify_plan, write_verify
 
 SCENARIOS = {"reference": None, "us-east": DATA_DIR / "scenarios" / "us-east.yaml"}
 

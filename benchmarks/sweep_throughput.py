@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.sweep import sweep
+from optimizer.commands.sweep import sweep
 
 KEY = "prices.h100-sxm.ondemand_usd_per_gpu_hour"
 

@@ -48,7 +48,7 @@ WORKLOADS = {"chat": (1200, 4200, 210, 600), "code-completion": (2000, 7400, 28,
 DAYS = 7
 CHUNK_ROWS = 1_000_000
 # the CLI in a process of its own, which prints its peak memory (KiB) last on stderr
-MEASURED = ("import resource, sys; from optimizer.cli import main; code = main(sys.argv[1:]); "
+MEASURED = ("import resource, sys; from optimizer.cli.main import main; code = main(sys.argv[1:]); "
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); sys.exit(code)")
 
 

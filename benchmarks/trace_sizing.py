@@ -41,13 +41,13 @@ import tempfile
 from itertools import zip_longest
 from pathlib import Path
 
+from optimizer.commands.pipeline import make_plan
+from optimizer.commands.traces.replay import side_by_side, trace_arrivals
+from optimizer.commands.verify import verify_plan
 from optimizer.folder.read import read_plan, scenario_of
 from optimizer.folder.write import write_plan
-from optimizer.pipeline import make_plan
 from optimizer.scenario import DATA_DIR
-from optimizer.traces.replay import side_by_side, trace_arrivals
-from optimizer.traces.spec import TraceSpec
-from optimizer.verify import verify_plan
+from optimizer.scenario.trace_spec import TraceSpec
 
 SCENARIO = DATA_DIR / "scenarios" / "azure-trace.yaml"
 LOGS = {"chat": DATA_DIR / "traces" / "AzureLLMInferenceTrace_conv.csv.gz",

@@ -6,7 +6,7 @@
 Prints one Markdown table: engine, case, requests simulated, seconds, requests/minute.
 
 * Synthetic cases run the same model in two engines — the own event loop of
-  `optimizer.verify.engine` and a simpy version written here — so the engine cost alone is
+  `optimizer.commands.verify.engine` and a simpy version written here — so the engine cost alone is
   compared:
   - a FIFO M/M/4 pool (the dedicated prefill queue): 200,000 jobs at utilisation 0.8;
   - a decode pool: 4 replicas of Llama-3.1-8B on one H100 each, 64 slots, 20,000 requests
@@ -44,12 +44,12 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.configs import make_replica
+from optimizer.commands.verify import PoolSpec, StepModel, fifo_pool, simulate_pool, verify_plan
+from optimizer.commands.verify.engine import TabulatedSteps
 from optimizer.curves.lengths import LengthDistribution
 from optimizer.curves.memory import kv_budget_bytes
 from optimizer.scenario import load_scenario
-from optimizer.verify import PoolSpec, StepModel, fifo_pool, simulate_pool, verify_plan
-from optimizer.verify.engine import TabulatedSteps
+from optimizer.serving.configs import make_replica
 
 try:
     import simpy

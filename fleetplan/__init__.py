@@ -13,18 +13,18 @@ The library itself lives in `optimizer` (scenario → plan) and `formulations` (
 
 from pathlib import Path
 
-from optimizer import compare as _compare
-from optimizer.compare import Comparison, compare, comparison_text
+from optimizer.commands import compare as _compare
+from optimizer.commands.compare import Comparison, compare, comparison_text
+from optimizer.commands.pipeline import make_plan as plan
+from optimizer.commands.report import write_report
+from optimizer.commands.report.compare_page import write_compare_report
+from optimizer.commands.sweep import sweep
+from optimizer.commands.verify import verify_plan as verify
+from optimizer.commands.verify import write_verify
 from optimizer.folder import write as _write
 from optimizer.folder.read import read_plan
-from optimizer.pipeline import make_plan as plan
-from optimizer.report import write_report
-from optimizer.report.compare_page import write_compare_report
 from optimizer.results import Plan
 from optimizer.scenario import load_scenario
-from optimizer.sweep import sweep
-from optimizer.verify import verify_plan as verify
-from optimizer.verify import write_verify
 
 
 def write_plan(p: Plan, out_dir, report: bool = True) -> Path:
@@ -33,7 +33,7 @@ def write_plan(p: Plan, out_dir, report: bool = True) -> Path:
 
 
 def write_comparison(cmp: Comparison, out_dir) -> Path:
-    """compare.csv and routing_changes.csv (`optimizer.compare`), with compare.html and compare.png."""
+    """compare.csv and routing_changes.csv (`optimizer.commands.compare`), with compare.html and compare.png."""
     out = _compare.write_comparison(cmp, out_dir)
     write_compare_report(cmp, out)
     return out

@@ -5,7 +5,7 @@ columns, rows and cost terms it adds; a module whose coefficients can change wit
 rebuild also has ``refresh(lp, inst)``. Modules write cost terms and balance contributions
 into the typed registry (`registry.Terms`); the balancing modules, run last, turn those into
 rows, and the objective is assembled from the cost terms. The result is a
-`linear.LinearProgram` of arrays that a solver backend (`optimizer.backends`) hands to HiGHS.
+`linear.LinearProgram` of arrays that a solver backend (`optimizer.solve.backends`) hands to HiGHS.
 
 Order: pools produce flows and GPU loads (prefill, colocated, decode), routing feeds the
 tiers, latency_tiers balances them, procurement supplies nodes, scaling prices on-demand
@@ -16,8 +16,9 @@ One formulation, three uses: the plan (master or exact), and — with ``operatin
 (`registry.Operating`) on a one-state view of the instance — the re-operation of a plan's
 slices and the hours of its year. A constraint added here holds in all three.
 
-`formulations` knows only the `Instance` contract and the shared vocabulary
-(`optimizer.units`, `optimizer.contracts`: leaf modules), never the rest of `optimizer`.
+`formulations` imports nothing of `optimizer`: it knows only the `Instance` contract, whose
+fields and constants (the horizon's hours, the unit conversions, the cost categories) carry
+everything it reads.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ from formulations import (
     scaling,
 )
 from formulations.linear import LinearProgram
+from formulations.pools import ROLES
 from formulations.registry import Build, Operating, Terms
-from optimizer.units import Role
 
 MODULES = (prefill, colocated, decode, routing, latency_tiers, procurement, scaling, resilience, capacity, power)
 
@@ -79,7 +80,7 @@ def build_program(inst, exact: bool, gpus_per_rps: dict, max_replicas: dict,
     ``operating`` fixes a plan's commitment (`registry.Operating`)."""
     lp = LinearProgram()
     lp.param("gpus_per_rps", gpus_per_rps)
-    terms = Terms()
+    terms = Terms(cost={category: [] for category in inst.cost_categories})
     build = Build(lp, inst, terms, exact, max_replicas, operating, chord)
     for module in MODULES:
         module.add_to(build)
@@ -107,7 +108,7 @@ def route_columns(lp: LinearProgram) -> dict:
 
 def flow_columns(lp: LinearProgram) -> list[tuple[int, int]]:
     """(pool, column) of every pool's flow, prefill, colocated and decode alike."""
-    return [(key[0], col) for role in Role for key, col in lp.cols.get(f"{role}_flow", {}).items()]
+    return [(key[0], col) for role in ROLES for key, col in lp.cols.get(f"{role}_flow", {}).items()]
 
 
 @dataclass
@@ -136,7 +137,7 @@ def read_solution(lp: LinearProgram, x: np.ndarray) -> Reading:
         return out
 
     flows, replicas = {}, {}
-    for role in Role:
+    for role in ROLES:
         flows.update(values(f"{role}_flow"))
         replicas.update(values(f"{role}_replicas", whole=True))
     integer = bool(lp.col_integer) and any(lp.col_integer)
@@ -156,7 +157,7 @@ def write_solution(lp: LinearProgram, plan) -> tuple[np.ndarray, np.ndarray]:
         for key, col in lp.cols.get(block, {}).items():
             values[col] = float(table.get(key, 0.0))
 
-    for role in Role:
+    for role in ROLES:
         put(f"{role}_flow", plan.flows)
         put(f"{role}_replicas", plan.replicas)
         sizes, extra = _size_choices(lp, role, plan.replicas)

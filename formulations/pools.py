@@ -19,7 +19,12 @@ Exact mode:   replicas n[p,t] ∈ ℤ≥0 and, where the pool queues (prefill, c
 from __future__ import annotations
 
 from formulations.linear import Param
-from optimizer.units import Role
+
+# The roles a pool can have (the instance's `Pool.role`), in the order plans read their blocks;
+# each names its blocks (`{role}_flow`, `{role}_replicas`, …).
+ROLES = ("prefill", "decode", "colocated")
+DECODING_ROLES = ("decode", "colocated")  # pools that hold decode slots
+
 
 
 def per_replica(table, n: int) -> float:
@@ -76,6 +81,6 @@ def add_pool_flows(build, role: str) -> dict:
             lp.add_row(f"{role}_size_sum", key, size_sum, 0.0, 0.0)
             lp.add_row(f"{role}_size_one", key, [(choose[(*key, j)], 1.0) for j in sizes], upper=1.0)
             lp.add_row(f"{role}_slo", key, slo, upper=0.0)
-        if role in (Role.DECODE, Role.COLOCATED):
+        if role in DECODING_ROLES:
             lp.add_row(f"{role}_decode_slots", key, [(col, ptm), (n, -p.decode_rps)], upper=0.0)
     return flow

@@ -6,13 +6,13 @@ Sets      (s, g) offered site–accelerator pairs; terms T(s,g) the committed co
 Columns   c[s,g,term] ≥ 0   committed nodes (every hour of the year)
           o[s,g,t] ≥ 0      on-demand nodes in state t (paid for the slice's hours)
           Integer in exact mode. The master problem keeps them continuous: its plan is made
-          whole afterwards (`optimizer.fleet.commit`), where node integrality decomposes
+          whole afterwards (`optimizer.solve.fleet.commit`), where node integrality decomposes
           by (site, accelerator) and is solved exactly.
 Supply    Σ_term c[s,g,term] ≤ reserved cap;   o[s,g,t] ≤ on-demand cap
 Nodes     usable[s,g,t]  = Σ c + (1 − φ) · o    (φ: warm-pool share of on-demand nodes, kept
                                                  idle to absorb rises faster than a cold start)
           powered[s,g,t] = Σ c + o
-Cost      committed: c · $/node-h · 8760 in the term's category (`optimizer.contracts`); a term
+Cost      committed: c · $/node-h · 8760 in the term's category (`optimizer.base.contracts`); a term
           whose price leaves energy out (owned) also pays c · node kW · PUE · $/MWh · 8760 as
           energy (at full power — conservative); on-demand: Σ_t h_t · o[s,g,t] · $/node-h.
 Operating a commitment (`registry.Operating`), c is fixed at the plan's nodes — on the
@@ -24,7 +24,6 @@ node may carry an extra price (the multipliers of the ramps relaxed around the s
 from __future__ import annotations
 
 from formulations.linear import Param
-from optimizer.units import HOURS_PER_YEAR
 
 
 def add_to(build) -> None:
@@ -58,9 +57,9 @@ def add_to(build) -> None:
                 terms.add_cost("reserved", col, Param("state_committed_usd", (s, g)))
             continue
         contract = inst.contracts[(s, g)].committed[term]
-        terms.add_cost(contract.category, col, Param("committed_usd_per_node_hour", (s, g, term), HOURS_PER_YEAR))
+        terms.add_cost(contract.category, col, Param("committed_usd_per_node_hour", (s, g, term), inst.horizon_hours))
         if contract.energy:
-            terms.add_cost("energy", col, Param("energy_usd_per_node_hour", (s, g, term), HOURS_PER_YEAR))
+            terms.add_cost("energy", col, Param("energy_usd_per_node_hour", (s, g, term), inst.horizon_hours))
     for key, cols in sorted(terms_of.items()):
         lp.add_row("committed_cap", key, [(c, 1.0) for c in cols], upper=Param("committed_max", key))
     for st in inst.states:

@@ -8,7 +8,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from formulations.linear import LinearProgram
-from optimizer.contracts import COST_CATEGORIES
 
 
 def _terms() -> dict:
@@ -30,7 +29,7 @@ class Terms:
     nodes_powered   (site, gpu, state) → nodes drawing power
     """
 
-    cost: dict[str, list] = field(default_factory=lambda: {c: [] for c in COST_CATEGORIES})
+    cost: dict[str, list]  # the instance's cost categories, each with its (column, coefficient) pairs
     tier_inflow: dict = field(default_factory=_terms)
     tier_outflow: dict = field(default_factory=_terms)
     decode_inflow: dict = field(default_factory=_terms)
@@ -42,7 +41,7 @@ class Terms:
 
     def add_cost(self, category: str, col: int, coef) -> None:
         if category not in self.cost:
-            raise KeyError(f"unknown cost category {category!r}; known: {', '.join(COST_CATEGORIES)}")
+            raise KeyError(f"unknown cost category {category!r}; known: {', '.join(self.cost)}")
         self.cost[category].append((col, coef))
 
     def writes(self, *balances: str) -> None:

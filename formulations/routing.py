@@ -21,7 +21,6 @@ Registers tier_inflow[(regime, s, k, τ, t)] += x.
 from __future__ import annotations
 
 from formulations.linear import Param
-from optimizer.units import MS_PER_S, SECONDS_PER_HOUR
 
 
 def demand_groups(inst, state, each_metro: bool = False) -> dict[tuple[str, str], tuple]:
@@ -75,15 +74,15 @@ def add_to(build) -> None:
         terms.tier_inflow[(inst.states[sid].regime, site, k, tier, sid)].append((col, 1.0))
         hours = inst.states[sid].weight_hours
         if hours > 0:
-            terms.add_cost("egress", col, Param("egress_usd_per_request", (k,), SECONDS_PER_HOUR * hours))
+            terms.add_cost("egress", col, Param("egress_usd_per_request", (k,), inst.seconds_per_hour * hours))
         if tie_break:
-            terms.add_cost("tie_break", col, build.operating.tie_break_usd_per_gpu_hour * rtt[(who, site)] / MS_PER_S)
+            terms.add_cost("tie_break", col, build.operating.tie_break_usd_per_gpu_hour * rtt[(who, site)] / inst.ms_per_s)
     for key, col in unserved.items():
         who, k, sid = key
         demand = Param("demand_rps", key)
         lp.add_row("demand_balance", key, arcs_of.get((who, k, sid), []) + [(col, 1.0)], demand, demand)
         terms.add_cost("unserved", col, Param("penalty_usd_per_request", (k,),
-                                              SECONDS_PER_HOUR * inst.states[sid].penalty_hours))
+                                              inst.seconds_per_hour * inst.states[sid].penalty_hours))
 
 
 def refresh(lp, inst) -> list:

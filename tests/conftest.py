@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from optimizer import pipeline
+from optimizer.commands import pipeline
 from optimizer.scenario import load_scenario
 from optimizer.solve.settings import FIRST_PLAN_STEPS
 
@@ -65,8 +65,8 @@ def report_plan(tmp_path_factory):
     nodes, a warm pool) with a calibration file fitted to the shipped example H100 table,
     then verified, stressed and operated, and its report written again with those results:
     the plan folder every report test reads."""
-    from optimizer.cli import main
-    from optimizer.report import write_report
+    from optimizer.cli.main import main
+    from optimizer.commands.report import write_report
 
     root = tmp_path_factory.mktemp("report")
     out, calibration = root / "plan", root / "h100.yaml"

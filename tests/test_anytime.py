@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from test_mip_exact import tiny_instance
 
 from formulations import read_solution, write_solution
-from optimizer import pipeline
-from optimizer.pipeline import settings_from
+from optimizer.commands import pipeline
+from optimizer.commands.pipeline import settings_from
 from optimizer.scenario import load_scenario
 from optimizer.solve import ModelCache, SolverSettings, lagrange, solve
 from optimizer.solve import settings as settings_module

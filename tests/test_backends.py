@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.pipeline import make_plan
+from optimizer.commands.pipeline import make_plan
 from optimizer.scenario import DATA_DIR
 
 DATA = Path(__file__).parent / "data"

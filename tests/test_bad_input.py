@@ -1,6 +1,6 @@
 """A catalogue of bad input. Every case is a small scenario with one slip; the first error
 must name the file, the line (and the row, for tables), the field, and say what was expected —
-through the library (`load_scenario` + `optimizer.checks.preflight`) and through
+through the library (`load_scenario` + `optimizer.instance.checks.preflight`) and through
 `fleetplan validate` (exit 2, the same one line on stderr).
 
 `tests/test_scenario_errors.py` already checks (and this file does not repeat): an unknown
@@ -25,13 +25,13 @@ from pathlib import Path
 import pytest
 from small import SMALL
 
-from optimizer.calibration.model import shipped_catalogue
-from optimizer.checks import preflight
-from optimizer.cli import main
-from optimizer.configs import make_replica, workload_configs
+from optimizer.base.errors import ScenarioError
+from optimizer.cli.main import main
+from optimizer.commands.calibrate.model import shipped_catalogue
 from optimizer.curves.roofline import decode_step_time_s
-from optimizer.errors import ScenarioError
+from optimizer.instance.checks import preflight
 from optimizer.scenario import DATA_DIR, Serving, load_scenario
+from optimizer.serving.configs import make_replica, workload_configs
 
 METROS_CSV = (
     "id,name,lat,lon,utc_offset_hours,population\n"

@@ -13,10 +13,10 @@ import pytest
 import yaml
 from small import SMALL
 
-from optimizer.cli import main
-from optimizer.report import charts
-from optimizer.report.folder import read_folder
-from optimizer.report.opening import opening_html
+from optimizer.cli.main import main
+from optimizer.commands.report import charts
+from optimizer.commands.report.folder import read_folder
+from optimizer.commands.report.opening import opening_html
 from optimizer.results.summary import against_baseline
 
 

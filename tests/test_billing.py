@@ -1,4 +1,4 @@
-"""Token billing vs GPU-seconds (`optimizer.billing`): list charges by hand, the input share of
+"""Token billing vs GPU-seconds (`optimizer.serving.billing`): list charges by hand, the input share of
 each role's GPU time, and the view in a plan's summary."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.billing import TokenPrice, list_charge_usd, token_billing, token_prices
-from optimizer.configs import workload_configs
-from optimizer.errors import ScenarioError
-from optimizer.pipeline import make_plan
+from optimizer.base.errors import ScenarioError
+from optimizer.commands.pipeline import make_plan
 from optimizer.scenario import load_scenario
+from optimizer.serving.billing import TokenPrice, list_charge_usd, token_billing, token_prices
+from optimizer.serving.configs import workload_configs
 
 TINY = Path(__file__).parent / "data" / "tiny.yaml"
 

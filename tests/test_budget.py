@@ -9,13 +9,13 @@ import json
 import numpy as np
 import pytest
 
-from optimizer.budget import Stages, best_waterfall, colocated, disaggregated
-from optimizer.cli import main
-from optimizer.configs import kv_bytes_per_token, make_replica, workload_configs
+from optimizer.cli.main import main
 from optimizer.curves.lengths import LengthDistribution
 from optimizer.curves.roofline import prefill_time_s
-from optimizer.network import build_graph, haversine_km, rtt_matrix
+from optimizer.geography.network import build_graph, haversine_km, rtt_matrix
 from optimizer.scenario import load_scenario
+from optimizer.serving.budget import Stages, best_waterfall, colocated, disaggregated
+from optimizer.serving.configs import kv_bytes_per_token, make_replica, workload_configs
 
 KEYS = ["rtt_ms", "overhead_ms", "prefill_ms", "kv_transfer_ms", "first_token_ms", "queue_budget_ms",
         "ttft_p99_ms", "feasible"]

@@ -11,17 +11,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from optimizer.calibration.defaults import MLPERF, offline_tokens_per_gpu
-from optimizer.calibration.files import read_calibration, write_calibration
-from optimizer.calibration.fit import calibrate, fit_group
-from optimizer.calibration.model import mean_running_batch, predict_ms, serving_with, shipped_catalogue
-from optimizer.calibration.params import Calibration, ParameterSet, shipped_calibration
-from optimizer.calibration.tables import COLUMNS, read_benchmark_csv, read_serving_json, read_table
-from optimizer.cli import main
-from optimizer.configs import efficiency, make_replica
+from optimizer.base.errors import ScenarioError
+from optimizer.cli.main import main
+from optimizer.commands.calibrate.defaults import MLPERF, offline_tokens_per_gpu
+from optimizer.commands.calibrate.fit import calibrate, fit_group
+from optimizer.commands.calibrate.model import mean_running_batch, predict_ms, serving_with, shipped_catalogue
 from optimizer.curves.roofline import decode_step_time_s
-from optimizer.errors import ScenarioError
 from optimizer.scenario import Serving, load_scenario
+from optimizer.scenario.calibration.files import read_calibration, write_calibration
+from optimizer.scenario.calibration.params import Calibration, ParameterSet, shipped_calibration
+from optimizer.scenario.calibration.tables import COLUMNS, read_benchmark_csv, read_serving_json, read_table
+from optimizer.serving.configs import efficiency, make_replica
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 EXAMPLE = DATA / "calibration" / "example_h100.csv"
@@ -266,9 +266,9 @@ def test_budget_prefill_grows_with_a_slower_calibration(slow_calibration, capsys
 def test_plan_verify_and_stress_use_the_recorded_calibration(slow_calibration, tmp_path, capsys):
     import shutil
 
+    from optimizer.commands.pipeline import make_plan
+    from optimizer.commands.verify import verify_plan
     from optimizer.folder.write import write_plan
-    from optimizer.pipeline import make_plan
-    from optimizer.verify import verify_plan
 
     fast = make_plan(TINY, exact=True)
     local = tmp_path / "slow.yaml"

@@ -12,19 +12,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from optimizer.calibration import band
-from optimizer.calibration.files import read_calibration_record, write_calibration
-from optimizer.calibration.params import CalibrationPoint, Spread, shipped_calibration
-from optimizer.cli import main
-from optimizer.configs import efficiency
-from optimizer.errors import ScenarioError
+from optimizer.base.errors import ScenarioError
+from optimizer.cli.main import main
+from optimizer.commands.calibrate import band
+from optimizer.commands.pipeline import make_plan
+from optimizer.commands.report import calibration as section
+from optimizer.commands.report.folder import read_folder
+from optimizer.commands.report.opening import margin_words
+from optimizer.commands.report.plan_page import render
 from optimizer.folder.write import write_plan
-from optimizer.pipeline import make_plan
-from optimizer.report import calibration as section
-from optimizer.report.folder import read_folder
-from optimizer.report.opening import margin_words
-from optimizer.report.plan_page import render
 from optimizer.scenario import load_scenario
+from optimizer.scenario.calibration.files import read_calibration_record, write_calibration
+from optimizer.scenario.calibration.params import CalibrationPoint, Spread, shipped_calibration
+from optimizer.serving.configs import efficiency
 
 BATCHING = Path(__file__).parent / "data" / "batching.yaml"
 TINY = Path(__file__).parent / "data" / "tiny.yaml"

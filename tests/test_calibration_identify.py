@@ -12,11 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from optimizer.calibration.files import read_calibration
-from optimizer.calibration.fit import fit_group
-from optimizer.calibration.params import PARAMETERS, shipped_calibration
-from optimizer.calibration.tables import read_table
-from optimizer.cli import main
+from optimizer.cli.main import main
+from optimizer.commands.calibrate.fit import fit_group
+from optimizer.scenario.calibration.files import read_calibration
+from optimizer.scenario.calibration.params import PARAMETERS, shipped_calibration
+from optimizer.scenario.calibration.tables import read_table
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "data" / "calibration" / "example_h100.csv"
 

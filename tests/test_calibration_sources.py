@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.calibration.files import read_calibration
-from optimizer.calibration.tables import read_benchmark_csv, read_table
-from optimizer.cli import main
-from optimizer.errors import ScenarioError
+from optimizer.base.errors import ScenarioError
+from optimizer.cli.main import main
+from optimizer.scenario.calibration.files import read_calibration
+from optimizer.scenario.calibration.tables import read_benchmark_csv, read_table
 
 MLPERF_LOG = Path(__file__).resolve().parent / "data" / "mlperf" / "mlperf_log_summary.txt"
 RUN = {"date": "20261201-101010", "backend": "vllm", "model_id": "meta-llama/Llama-3.1-8B-Instruct",

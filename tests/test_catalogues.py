@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.calibration.params import PARAMETERS, entry_from_row
+from optimizer.base.sources import read_csv
 from optimizer.scenario import DATA_DIR, TABLES, Accelerator, Model, load_scenario
-from optimizer.sources import read_csv
+from optimizer.scenario.calibration.params import PARAMETERS, entry_from_row
 
 TODAY = date.today()
 CSV_FILES = sorted(p.name for p in DATA_DIR.glob("*.csv"))
@@ -208,7 +208,7 @@ def test_reference_scenario_still_loads():
 
 
 def test_every_token_price_row_validates_and_has_a_reference_row():
-    from optimizer.billing import TOKEN_PRICES_FILE, TokenPrice
+    from optimizer.serving.billing import TOKEN_PRICES_FILE, TokenPrice
 
     rows = [TokenPrice.model_validate({k: v or None for k, v in r.items()}) for r in csv_rows(TOKEN_PRICES_FILE.name)]
     keys = [(r.provider, r.model) for r in rows]

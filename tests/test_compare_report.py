@@ -7,9 +7,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from optimizer.cli import main
-from optimizer.compare import compare
-from optimizer.report.compare_page import SECTIONS, gpus_data, money_data
+from optimizer.cli.main import main
+from optimizer.commands.compare import compare
+from optimizer.commands.report.compare_page import SECTIONS, gpus_data, money_data
 
 TINY = Path(__file__).parent / "data" / "tiny.yaml"
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 from datetime import date
 
 import pytest
-
-from optimizer.calibration.goodput import case_of, plan_goodput, recorded
+from configurator_goodput import case_of, plan_goodput, recorded
 
 ROWS = recorded()
 

@@ -18,17 +18,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from optimizer.calibration.params import Calibration
-from optimizer.configs import (
-    BYTES_PER_VALUE,
-    hardware,
-    make_replica,
-    model_shape,
-    parallel_degrees,
-)
-from optimizer.configs import (
-    kv_bytes_per_token as workload_kv_bytes_per_token,
-)
 from optimizer.curves.cache import (
     cache_kv_share,
     cached_prefix_tokens,
@@ -67,12 +56,23 @@ from optimizer.curves.roofline import (
 from optimizer.curves.shapes import Efficiency, Hardware, ModelShape, Replica
 from optimizer.curves.transfer import kv_transfer_time_s, replica_nic_bytes_per_s
 from optimizer.scenario import Serving, Workload, load_scenario
+from optimizer.scenario.calibration.params import Calibration
+from optimizer.serving.configs import (
+    BYTES_PER_VALUE,
+    hardware,
+    make_replica,
+    model_shape,
+    parallel_degrees,
+)
+from optimizer.serving.configs import (
+    kv_bytes_per_token as workload_kv_bytes_per_token,
+)
 
 # the pre-calibration global values (no calibration entry applies): the hand-computed
 # values below check the formulas, not the shipped defaults
 NEUTRAL = Calibration()
 
-GIB = 2**30  # vendors' HBM "GB" are binary (see optimizer.configs.hardware)
+GIB = 2**30  # vendors' HBM "GB" are binary (see optimizer.serving.configs.hardware)
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -202,7 +202,7 @@ def test_llama70b_bf16_needs_two_h100(catalogue):
 
 
 def test_cli_table_offers_tp2_for_llama70b_bf16(catalogue):
-    from optimizer.operating import operating_table
+    from optimizer.serving.table import operating_table
 
     out = operating_table(catalogue.models["llama-3.1-70b"], catalogue.accelerators["h100-sxm"], Serving(calibration=NEUTRAL),
                           isl=2000, osl=500, itl_ms=50, usd_per_gpu_hour=4.0)

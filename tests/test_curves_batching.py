@@ -12,8 +12,6 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from optimizer.calibration.params import Calibration
-from optimizer.configs import make_replica
 from optimizer.curves.batching import (
     batching_knee,
     decode_operating_point,
@@ -35,6 +33,8 @@ from optimizer.curves.speculative import (
     speculative_step_time_s,
 )
 from optimizer.scenario import Serving, load_scenario
+from optimizer.scenario.calibration.params import Calibration
+from optimizer.serving.configs import make_replica
 
 # the pre-calibration global values (no calibration entry applies): the hand-computed
 # values below check the formulas, not the shipped defaults

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from optimizer.demand import annual_requests, build_demand, build_slices, profile_at
+from optimizer.geography.demand import annual_requests, build_demand, build_slices, profile_at
 from optimizer.scenario import load_scenario
 
 # Washington (UTC−5) and London (UTC+0) from the catalogue; Chicago (UTC−6) because the

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+import optimizer.commands.pipeline as pipeline_module
 import optimizer.folder.write as write_module
-import optimizer.pipeline as pipeline_module
-from optimizer.cli import main
-from optimizer.errors import NumericalTroubleError
+from optimizer.base.errors import NumericalTroubleError
+from optimizer.cli.main import main
 from optimizer.scenario import DATA_DIR
 
 TINY = Path(__file__).parent / "data" / "tiny.yaml"

@@ -12,11 +12,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from optimizer.cli import main
-from optimizer.errors import ScenarioError
-from optimizer.export import validate
-from optimizer.export.fleet import POOL_KEY, read_fleet
-from optimizer.export.rollout import steps
+from optimizer.base.errors import ScenarioError
+from optimizer.cli.main import main
+from optimizer.commands.export import validate
+from optimizer.commands.export.fleet import POOL_KEY, read_fleet
+from optimizer.commands.export.rollout import steps
 from optimizer.scenario import DATA_DIR
 
 US_EAST = DATA_DIR / "scenarios" / "us-east.yaml"
@@ -108,7 +108,7 @@ def test_export_then_import_round_trips_replicas_and_configs(plans, exported, fm
 
 def test_bounds_are_the_committed_and_peak_replicas_of_every_pool_and_hour(plans, exported):
     """Recomputed here from pools.csv and procurement.csv: floor = the pool's share of the
-    committed GPUs, ceiling = its share of the busiest hour's GPUs (optimizer/export/bounds.py)."""
+    committed GPUs, ceiling = its share of the busiest hour's GPUs (optimizer/commands/export/bounds.py)."""
     plan = plans / "us-east"
     pools = pd.read_csv(plan / "pools.csv", keep_default_na=False)
     pools = pools[pools["lost_site"] == ""]

@@ -16,9 +16,9 @@ import pytest
 
 import formulations
 from formulations import MODULES, Operating, build_program, read_solution, refresh, structure, write_solution
-from optimizer.configs import ServingConfig
-from optimizer.instance import Arc, CommittedPrice, Contract, Instance, Pool, State
-from optimizer.units import HOURS_PER_YEAR, SECONDS_PER_HOUR
+from optimizer.base.units import HOURS_PER_YEAR, SECONDS_PER_HOUR
+from optimizer.instance.build import Arc, CommittedPrice, Contract, Instance, Pool, State
+from optimizer.serving.configs import ServingConfig
 
 HOURS = HOURS_PER_YEAR / 2  # two slices, each half the year
 DAYS = HOURS_PER_YEAR / 24  # each slice's hour recurs every day
@@ -316,13 +316,13 @@ def test_a_constraint_added_to_the_formulation_reaches_plan_reoperation_and_year
     """One change in `formulations` holds in all three uses without further edits: the plan
     (exact), the re-operation of its slices and the operated year rent no on-demand node at
     the site it forbids."""
-    from optimizer.fleet import committed_nodes
-    from optimizer.instance import build_instance
-    from optimizer.network import build_graph, rtt_matrix
-    from optimizer.operate import Commitment, operate_year
+    from optimizer.commands.operate import Commitment, operate_year
+    from optimizer.geography.network import build_graph, rtt_matrix
+    from optimizer.instance.build import build_instance
     from optimizer.scenario import load_scenario
     from optimizer.solve import SolverSettings, solve
-    from optimizer.solve.operating import OperatingProgram, largest_sizes
+    from optimizer.solve.fixed_commitment import OperatingProgram, largest_sizes
+    from optimizer.solve.fleet import committed_nodes
 
     # at three times the hour's mean the afternoon peak rents a node on demand beside the reserved one
     s, raw = load_scenario(Path(__file__).parent / "data" / "tiny.yaml", ["demand.peak_to_mean_intra_hour=3.0"])

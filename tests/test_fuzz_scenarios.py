@@ -40,7 +40,7 @@ import yaml
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
-from optimizer.cli import main
+from optimizer.cli.main import main
 
 TINY = Path(__file__).parent / "data" / "tiny.yaml"
 # report.html is left out (its plots take ~1 s a plan; the unmutated bases write it), and a

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from optimizer.cli import main
-from optimizer.pipeline import make_plan
+from optimizer.cli.main import main
+from optimizer.commands.pipeline import make_plan
 
 TINY = Path(__file__).parent / "data" / "tiny.yaml"
 HORIZONS = {
@@ -59,8 +59,8 @@ def test_a_one_hour_plan_verifies_and_operates(tmp_path, capsys):
 def test_a_one_hour_cycle_has_no_ramp_rows(tmp_path):
     """A day of one planned hour repeats that hour: nothing rises, so no ramp columns."""
     from formulations import build_program
-    from optimizer.instance import build_instance
-    from optimizer.network import build_graph, rtt_matrix
+    from optimizer.geography.network import build_graph, rtt_matrix
+    from optimizer.instance.build import build_instance
     from optimizer.scenario import load_scenario
     from optimizer.solve import pool_sizes
 

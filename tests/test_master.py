@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from formulations import build_program, routing
-from optimizer.backends import HighsDirect
-from optimizer.instance import build_instance
-from optimizer.network import build_graph, rtt_matrix
+from optimizer.geography.network import build_graph, rtt_matrix
+from optimizer.instance.build import build_instance
 from optimizer.scenario import DATA_DIR, load_scenario
+from optimizer.solve.backends import HighsDirect
 from optimizer.solve.pricing import at_sizes, pool_sizes
 
 

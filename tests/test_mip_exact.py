@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.instance import build_instance
-from optimizer.network import build_graph, rtt_matrix
+from optimizer.geography.network import build_graph, rtt_matrix
+from optimizer.instance.build import build_instance
 from optimizer.scenario import load_scenario
 from optimizer.solve import SolverSettings, solve
 

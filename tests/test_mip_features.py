@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from optimizer import pipeline
-from optimizer.pipeline import make_plan
+from optimizer.commands import pipeline
+from optimizer.commands.pipeline import make_plan
 from optimizer.solve.settings import STEPS
 
 DATA = Path(__file__).parent / "data"
@@ -98,8 +98,8 @@ def test_a_workloads_own_peak_factor_sizes_its_pools():
     assert own.summary["total_cost_usd"] > base.summary["total_cost_usd"]
     assert own.summary["total_cost_usd"] == pytest.approx(shared.summary["total_cost_usd"], rel=1e-9)
     from optimizer.curves.queueing import servers_needed
-    from optimizer.instance import build_instance
-    from optimizer.network import build_graph, rtt_matrix
+    from optimizer.geography.network import build_graph, rtt_matrix
+    from optimizer.instance.build import build_instance
     from optimizer.scenario import load_scenario
 
     s, raw = load_scenario(DATA / "tiny.yaml", ["workloads.code-completion.peak_to_mean_intra_hour=3.0"])

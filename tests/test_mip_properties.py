@@ -9,8 +9,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from optimizer.instance import build_instance
-from optimizer.network import build_graph, rtt_matrix
+from optimizer.geography.network import build_graph, rtt_matrix
+from optimizer.instance.build import build_instance
 from optimizer.scenario import apply_overrides, load_raw, validate
 from optimizer.solve import SolverSettings, solve
 

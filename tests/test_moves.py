@@ -14,15 +14,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_mip_exact import tiny_instance
 
-from optimizer.fleet import gpus_in_replicas, whole_replicas
-from optimizer.instance import build_instance
-from optimizer.network import build_graph, rtt_matrix
+from optimizer.base.units import Role
+from optimizer.geography.network import build_graph, rtt_matrix
+from optimizer.instance.build import build_instance
 from optimizer.scenario import DATA_DIR, load_scenario
 from optimizer.solve import SolverSettings, plan_cost, solve
+from optimizer.solve.fleet import gpus_in_replicas, whole_replicas
 from optimizer.solve.moves import WholePlan, decode_merges, improve, merges
 from optimizer.solve.pricing import unserved_request_hours
 from optimizer.solve.settings import EFFORTS, FIRST_PLAN_STEPS, STEPS
-from optimizer.units import Role
 
 REL = 1e-9
 
@@ -158,7 +158,7 @@ def test_more_effort_never_serves_less_nor_costs_more_on_us_east(us_east):
 def test_a_pairs_commitment_kept_up_to_date_equals_one_priced_from_scratch(us_east, seed, steps):
     """`fleet.PairCost` updates a (site, accelerator)'s commitment when a few states' needs
     change; after any sequence of kept trials it is what `Commitments.best` finds afresh."""
-    from optimizer.fleet import Commitments, PairCost
+    from optimizer.solve.fleet import Commitments, PairCost
 
     rng = np.random.default_rng(seed)
     rule = Commitments(us_east)

@@ -13,9 +13,10 @@ import pytest
 from PIL import Image
 from small import SMALL
 
-from optimizer.cli import main
-from optimizer.errors import ScenarioError
-from optimizer.network import (
+from optimizer.base.errors import ScenarioError
+from optimizer.cli.main import main
+from optimizer.commands.report.maps import LAND
+from optimizer.geography.network import (
     build_graph,
     default_graph,
     haversine_km,
@@ -27,7 +28,6 @@ from optimizer.network import (
     write_edge_csv,
     write_graphml,
 )
-from optimizer.report.maps import LAND
 from optimizer.scenario import DATA_DIR, NetworkSpec, load_scenario
 
 # Catalogue coordinates (data/metros.csv, data/sites.csv)

@@ -10,14 +10,8 @@ import pandas as pd
 import pytest
 from small import SMALL
 
-from optimizer.cli import main
-from optimizer.demand import build_slices
-from optimizer.fleet import procurement_table
-from optimizer.folder.read import read_plan
-from optimizer.folder.write import write_plan
-from optimizer.instance import build_instance
-from optimizer.network import build_graph, rtt_matrix
-from optimizer.operate import (
+from optimizer.cli.main import main
+from optimizer.commands.operate import (
     Commitment,
     calendar,
     hourly_demand,
@@ -25,9 +19,15 @@ from optimizer.operate import (
     operate_slices,
     operate_year,
 )
-from optimizer.pipeline import make_plan, settings_from
+from optimizer.commands.pipeline import make_plan, settings_from
+from optimizer.folder.read import read_plan
+from optimizer.folder.write import write_plan
+from optimizer.geography.demand import build_slices
+from optimizer.geography.network import build_graph, rtt_matrix
+from optimizer.instance.build import build_instance
 from optimizer.scenario import DATA_DIR, load_scenario
 from optimizer.solve import solve
+from optimizer.solve.fleet import procurement_table
 
 US_EAST = DATA_DIR / "scenarios" / "us-east.yaml"
 
@@ -150,7 +150,7 @@ def test_whole_replicas_size_a_pool_for_its_peak_once(planned):
     """`fleet.replicas_needed` takes mean load and sizes for peak-to-mean × it — once: a pool's
     SLO capacity table at n replicas carries peak-sized load, and n is the smallest that does."""
     from optimizer.curves.queueing import servers_needed
-    from optimizer.fleet import replicas_for
+    from optimizer.solve.fleet import replicas_for
 
     _, s, inst, sol = planned
     checked = 0

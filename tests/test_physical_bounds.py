@@ -19,12 +19,9 @@ import pytest
 from pydantic import BaseModel
 from small import SMALL
 
-from optimizer.calibration.files import read_calibration
-from optimizer.calibration.params import PARAMETERS
-from optimizer.calibration.tables import LIMITS, NUMBERS, read_benchmark_csv
-from optimizer.checks import preflight
-from optimizer.cli import main
-from optimizer.errors import FleetplanError, ScenarioError
+from optimizer.base.errors import FleetplanError, ScenarioError
+from optimizer.cli.main import main
+from optimizer.instance.checks import preflight
 from optimizer.scenario import (
     Accelerator,
     DayType,
@@ -49,6 +46,9 @@ from optimizer.scenario import (
     load_raw,
     validate,
 )
+from optimizer.scenario.calibration.files import read_calibration
+from optimizer.scenario.calibration.params import PARAMETERS
+from optimizer.scenario.calibration.tables import LIMITS, NUMBERS, read_benchmark_csv
 from optimizer.scenario.fields import accepted, range_text
 
 VALUES = [0, -1, 1e308, 1e-300, math.nan, math.inf, -math.inf]
@@ -206,7 +206,7 @@ def test_the_examples_of_the_issue_are_one_line_errors(write_scenario, capsys):
 
 
 def test_a_graph_edge_of_absurd_latency_is_refused(write_scenario, tmp_path):
-    from optimizer.network import build_graph
+    from optimizer.geography.network import build_graph
 
     (tmp_path / "edges.csv").write_text("from,to,one_way_ms\nmetro:chicago,site:chicago,1e308\n")
     path = write_scenario({**SMALL, "network": {"graph": "edges.csv"}})

@@ -10,11 +10,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from optimizer.cli import main
-from optimizer.errors import InfeasibleError
+from optimizer.base.errors import InfeasibleError
+from optimizer.cli.main import main
+from optimizer.commands.pipeline import make_plan
 from optimizer.folder.read import read_plan
 from optimizer.folder.write import write_plan
-from optimizer.pipeline import make_plan
 
 TINY = Path(__file__).parent / "data" / "tiny.yaml"
 
@@ -125,8 +125,8 @@ def test_reference_plan_exports_to_the_stacks_that_can_express_it(reference_plan
     back to the plan's replicas (tests/test_export.py does the same, and more, on us-east)."""
     from test_export import manifest_kind, manifests_in
 
-    from optimizer.export import validate
-    from optimizer.export.fleet import POOL_KEY, read_fleet
+    from optimizer.commands.export import validate
+    from optimizer.commands.export.fleet import POOL_KEY, read_fleet
 
     _, out = reference_plan
     for fmt in ("dynamo", "llm-d", "vllm-stack"):

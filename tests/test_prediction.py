@@ -8,16 +8,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from optimizer.configs import config_at
+from optimizer.commands.pipeline import make_plan
+from optimizer.commands.verify import simulate_pool, verify_plan
+from optimizer.commands.verify.group import PlanModel, initial_sequences, steady_state
 from optimizer.curves.lengths import LengthDistribution
 from optimizer.curves.tail import gap_quantile_s
 from optimizer.folder.read import read_plan, scenario_of
 from optimizer.folder.write import write_plan
-from optimizer.pipeline import make_plan
 from optimizer.results.latency import Predictor
 from optimizer.scenario import DATA_DIR
-from optimizer.verify import simulate_pool, verify_plan
-from optimizer.verify.group import PlanModel, initial_sequences, steady_state
+from optimizer.serving.configs import config_at
 
 US_EAST = DATA_DIR / "scenarios" / "us-east.yaml"
 

@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from optimizer.budget import Stages
-from optimizer.configs import config_at, make_replica, prefill_config
+from optimizer.commands.pipeline import make_plan
+from optimizer.commands.stress import stress
+from optimizer.commands.verify import fifo_pool, verify_plan
 from optimizer.curves.lengths import LengthDistribution
 from optimizer.curves.prefill_batch import full_pass, full_pass_s, new_token_law, p99_pass_s, pass_time_s
 from optimizer.curves.queueing import batch_prompts, erlang_c, slo_capacity_rps, wait_law, wait_quantile_s
@@ -21,10 +22,9 @@ from optimizer.curves.shapes import Efficiency, Hardware, ModelShape, Replica
 from optimizer.curves.tail import geometric_weights, law, slack_table, sojourn_quantile_s
 from optimizer.folder.read import read_plan
 from optimizer.folder.write import write_plan
-from optimizer.pipeline import make_plan
 from optimizer.scenario import apply_overrides, load_scenario, validate
-from optimizer.stress import stress
-from optimizer.verify import fifo_pool, verify_plan
+from optimizer.serving.budget import Stages
+from optimizer.serving.configs import config_at, make_replica, prefill_config
 
 BATCHING = Path(__file__).parent / "data" / "batching.yaml"
 

@@ -21,9 +21,9 @@ import pytest
 from chromium import WAIT_FOR_RENDERED, Chromium, find_chromium
 
 from fleetplan import write_comparison
-from optimizer.cli import main
-from optimizer.compare import compare
-from optimizer.report import SECTIONS, compare_page, sweep_page
+from optimizer.cli.main import main
+from optimizer.commands.compare import compare
+from optimizer.commands.report import SECTIONS, compare_page, sweep_page
 
 SECTION_STATE = """Array.from(document.querySelectorAll("main > section")).map(function (s) {
   var figures = Array.from(s.querySelectorAll("figure.chart"));

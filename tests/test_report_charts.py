@@ -15,12 +15,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from matplotlib.path import Path as Outline
 
-from optimizer.report import charts
-from optimizer.report import formatting as f
-from optimizer.report.folder import read_folder
-from optimizer.report.land import LAND_FILE, decode_arcs, load_land, ring
-from optimizer.report.maps import flows_data, metros_data, sites_data
-from optimizer.report.opening import commitment_data, ondemand_data
+from optimizer.commands.report import charts
+from optimizer.commands.report import formatting as f
+from optimizer.commands.report.folder import read_folder
+from optimizer.commands.report.land import LAND_FILE, decode_arcs, load_land, ring
+from optimizer.commands.report.maps import flows_data, metros_data, sites_data
+from optimizer.commands.report.opening import commitment_data, ondemand_data
 
 
 @pytest.fixture(scope="module")
@@ -195,8 +195,8 @@ def test_commitment_and_rental_tables_are_procurement(folder, raw):
 
 
 def test_a_folder_without_its_scenario_is_refused_and_a_broken_check_output_is_named(report_plan, tmp_path, capsys):
-    from optimizer.cli import main
-    from optimizer.report import SECTIONS, write_report
+    from optimizer.cli.main import main
+    from optimizer.commands.report import SECTIONS, write_report
 
     copy = tmp_path / "plan"
     shutil.copytree(report_plan, copy)
@@ -215,7 +215,7 @@ def test_a_folder_without_its_scenario_is_refused_and_a_broken_check_output_is_n
 def test_names_from_the_scenario_stay_text(tmp_path):
     from pathlib import Path
 
-    from optimizer.cli import main
+    from optimizer.cli.main import main
 
     out = tmp_path / "p"
     assert main(["plan", str(Path(__file__).parent / "data" / "tiny.yaml"), "--out", str(out), "--quiet",

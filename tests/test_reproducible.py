@@ -15,8 +15,8 @@ import pytest
 import yaml
 from small import SMALL
 
-from optimizer import pipeline
-from optimizer.cli import main
+from optimizer.cli.main import main
+from optimizer.commands import pipeline
 from optimizer.folder.write import TIMING_FIELDS
 from optimizer.scenario import DATA_DIR
 from optimizer.solve.settings import STEPS, WORK
@@ -136,7 +136,7 @@ def test_the_small_scenario_plans_under_load_and_serves_everything(tmp_path, ref
 
 
 def test_a_sweeps_rows_are_the_same_on_one_or_two_workers(tmp_path):
-    from optimizer.sweep import sweep
+    from optimizer.commands.sweep import sweep
 
     vary = {"workloads.code-completion.ttft_p99_ms": [300, 400], "demand.scale": [1, 2]}
     tables = [sweep(DATA / "tiny.yaml", vary, workers=workers, out=tmp_path / f"w{workers}", progress=False)

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tree import changes, snapshot
 
-from optimizer.cli import build_parser, main
+from optimizer.cli.main import build_parser, main
 
 TINY = Path(__file__).parent / "data" / "tiny.yaml"
 

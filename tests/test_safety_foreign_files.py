@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from small import SMALL
 
-from optimizer.cli import main
+from optimizer.cli.main import main
 
 METRO_HEADER = "id,name,lat,lon,utc_offset_hours,population"
 CHICAGO = "chicago,Chicago,41.8373,-87.6862,-6,8604203"

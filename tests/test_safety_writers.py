@@ -17,11 +17,11 @@ import pytest
 import yaml
 from small import SMALL
 
-import optimizer.traces.report as demand_report
-from optimizer.calibration import report as calibration_report
-from optimizer.calibration.files import read_calibration
-from optimizer.cli import main
-from optimizer.outputs import DEMAND, replace_folder
+import optimizer.commands.traces.report as demand_report
+from optimizer.base.outputs import DEMAND, replace_folder
+from optimizer.cli.main import main
+from optimizer.commands.calibrate import report as calibration_report
+from optimizer.scenario.calibration.files import read_calibration
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "data" / "calibration" / "example_h100.csv"
 PLAN_FILES = {"summary.json", "scenario.json", "procurement.csv", "nodes.csv", "pools.csv", "routing.csv", "slo.csv", "curves.csv",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from small import SMALL
 
-from optimizer.cli import main
-from optimizer.errors import ScenarioError
+from optimizer.base.errors import ScenarioError
+from optimizer.cli.main import main
 from optimizer.scenario import apply_overrides, load_raw, load_scenario, validate
 
 METROS_CSV = (

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from small import SMALL
 
-from optimizer.errors import ScenarioError
+from optimizer.base.errors import ScenarioError
 from optimizer.scenario import load_raw, load_scenario
 
 

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from optimizer import sources
-from optimizer.cli import main
-from optimizer.errors import ScenarioError
+from optimizer.base import sources
+from optimizer.base.errors import ScenarioError
+from optimizer.cli.main import main
 from optimizer.scenario import DATA_DIR, load_scenario
 from optimizer.scenario.tables import scenario_path
 

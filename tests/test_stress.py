@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from optimizer.cli import main
+from optimizer.cli.main import main
+from optimizer.commands.pipeline import make_plan
+from optimizer.commands.stress import stress
 from optimizer.folder.write import write_plan
-from optimizer.pipeline import make_plan
 from optimizer.scenario import DATA_DIR
-from optimizer.stress import stress
 
 US_EAST = DATA_DIR / "scenarios" / "us-east.yaml"
 

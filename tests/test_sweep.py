@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from optimizer import sweep as sweep_module
-from optimizer.pipeline import make_plan
-from optimizer.sweep import parse_values, runs_of, sweep
+from optimizer.commands import sweep as sweep_module
+from optimizer.commands.pipeline import make_plan
+from optimizer.commands.sweep import parse_values, runs_of, sweep
 
 TINY = Path(__file__).parent / "data" / "tiny.yaml"
 VARY = {"prices.l40s.ondemand_usd_per_gpu_hour": [1.0, 1.6], "demand.scale": [1, 1.5]}

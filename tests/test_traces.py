@@ -1,4 +1,4 @@
-"""`optimizer.traces`: demand from request logs.
+"""`optimizer.commands.traces`: demand from request logs.
 
 The shipped Azure logs' rates, length percentiles and burstiness are recomputed here with
 pandas on the raw files (a different route than the streaming numpy pass); synthetic logs
@@ -16,15 +16,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from optimizer.cli import main
-from optimizer.errors import ScenarioError
+from optimizer.base.errors import ScenarioError
+from optimizer.cli.main import main
+from optimizer.commands.traces import report
+from optimizer.commands.traces.derive import derive
+from optimizer.commands.traces.read import ReadState, iter_chunks
+from optimizer.commands.traces.table import check_labels, demand_rows, hourly_rates, workload_rows
+from optimizer.commands.traces.write import write_demand
 from optimizer.scenario import DATA_DIR, load_scenario
-from optimizer.traces import report
-from optimizer.traces.derive import derive
-from optimizer.traces.read import ReadState, iter_chunks
-from optimizer.traces.spec import TraceSpec, parse_columns
-from optimizer.traces.table import check_labels, demand_rows, hourly_rates, workload_rows
-from optimizer.traces.write import write_demand
+from optimizer.scenario.trace_spec import TraceSpec, parse_columns
 
 TRACES = DATA_DIR / "traces"
 CONV = TRACES / "AzureLLMInferenceTrace_conv.csv.gz"

@@ -14,17 +14,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from optimizer.cli import main
+from optimizer.base.errors import ScenarioError
+from optimizer.cli.main import main
+from optimizer.commands.pipeline import make_plan
+from optimizer.commands.traces.derive import derive
+from optimizer.commands.traces.replay import read_lengths, trace_arrivals
+from optimizer.commands.verify import verify_plan
+from optimizer.commands.verify.arrivals import NS, Poisson, Stream, cyclic_window, resample
 from optimizer.curves.lengths import LengthDistribution
-from optimizer.errors import ScenarioError
 from optimizer.folder.read import read_plan, scenario_of
 from optimizer.folder.write import write_plan
-from optimizer.pipeline import make_plan
-from optimizer.traces.derive import derive
-from optimizer.traces.replay import read_lengths, trace_arrivals
-from optimizer.traces.spec import TraceSpec
-from optimizer.verify import verify_plan
-from optimizer.verify.arrivals import NS, Poisson, Stream, cyclic_window, resample
+from optimizer.scenario.trace_spec import TraceSpec
 
 TINY = Path(__file__).parent / "data" / "tiny.yaml"
 WORKLOAD = "code-completion"

@@ -1,4 +1,4 @@
-"""`optimizer.verify`: the discrete-event simulation of a plan.
+"""`optimizer.commands.verify`: the discrete-event simulation of a plan.
 
 The queue is checked against Erlang C (M/M/c, where it is exact) and Allen–Cunneen (M/D/c);
 a lone decode request against the step curve; continuous batching against its slot and KV
@@ -15,17 +15,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from optimizer.configs import make_replica
-from optimizer.curves.memory import kv_budget_bytes
-from optimizer.curves.prefill_batch import pass_time_s
-from optimizer.curves.queueing import erlang_c, wait_quantile_s
-from optimizer.curves.roofline import decode_step_time_s, prefill_time_s
-from optimizer.curves.speculative import expected_tokens_per_step
-from optimizer.errors import ScenarioError
-from optimizer.folder.write import write_plan
-from optimizer.pipeline import make_plan
-from optimizer.scenario import load_scenario
-from optimizer.verify import (
+from optimizer.base.errors import ScenarioError
+from optimizer.commands.pipeline import make_plan
+from optimizer.commands.verify import (
     ConstantSteps,
     InvariantError,
     PoolSpec,
@@ -35,7 +27,15 @@ from optimizer.verify import (
     verify_plan,
     write_verify,
 )
-from optimizer.verify.engine import PoolSim, TabulatedSteps
+from optimizer.commands.verify.engine import PoolSim, TabulatedSteps
+from optimizer.curves.memory import kv_budget_bytes
+from optimizer.curves.prefill_batch import pass_time_s
+from optimizer.curves.queueing import erlang_c, wait_quantile_s
+from optimizer.curves.roofline import decode_step_time_s, prefill_time_s
+from optimizer.curves.speculative import expected_tokens_per_step
+from optimizer.folder.write import write_plan
+from optimizer.scenario import load_scenario
+from optimizer.serving.configs import make_replica
 
 TINY = Path(__file__).parent / "data" / "tiny.yaml"
 HETERO = Path(__file__).parent / "data" / "hetero.yaml"
@@ -328,7 +328,7 @@ def test_slices_by_name_and_write_verify(tiny_plans):
 
 
 def test_cli_verify_writes_side_by_side_and_exit_codes(tmp_path, capsys):
-    from optimizer.cli import main
+    from optimizer.cli.main import main
 
     out = tmp_path / "plan"
     assert main(["plan", str(Path(__file__).parent / "data" / "hetero.yaml"), "--out", str(out), "--quiet",

@@ -41,7 +41,7 @@ average m_q = E[min(Q, k_B) | Q ≥ 1] = (1 − u^{k_B})/(1 − u) of them, so t
 others, J geometric with mean m_q − 1 (`tail.geometric_weights`); one that found a server
 free goes alone. The utilisation cap applies to the full-pass capacity:
 λ ≤ ρ_max·n·k_B/S_B. With k_B = 1 all of this is the unbatched queue. Checked against the
-FIFO-with-batching simulation (`optimizer.verify.engine.fifo_pool`) in
+FIFO-with-batching simulation (`optimizer.commands.verify.engine.fifo_pool`) in
 tests/test_prefill_batch.py.
 """
 

@@ -5,7 +5,7 @@ Symbols: N params (N_a active), L layers, n_h query heads, (d_qk, d_v) attention
 head, kv bytes per token, β_w bytes per weight, p GPUs per replica, F dense FLOP/s,
 B HBM bytes/s, η_c / η_m compute / memory efficiencies, τ₀ per-pass overhead, κ the
 attention cost factor, λ the MoE expert-load factor (parameters: `Efficiency`,
-`optimizer.calibration.params`).
+`optimizer.scenario.calibration.params`).
 
 Prefill efficiency depends on the tokens s in one forward pass (small GEMMs are
 inefficient): η(s) = η_max · s / (s + s½). The per-pass overhead τ₀ applies to prefill passes

@@ -2,7 +2,7 @@
 
 Everything here is in base units (parameters as counts, bytes, FLOP/s, bytes/s, seconds) so
 the formulas in the other curve modules read as written in DESIGN.md. The scenario layer
-(`optimizer.configs`) converts catalogue rows (billions, GB, TB/s, ms) into these.
+(`optimizer.serving.configs`) converts catalogue rows (billions, GB, TB/s, ms) into these.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class Hardware:
 class Efficiency:
     """Achieved fractions of peak and fixed costs of one accelerator (× engine × dtype).
 
-    The values come from a calibration (`optimizer.calibration.params`: meanings, bounds and
+    The values come from a calibration (`optimizer.scenario.calibration.params`: meanings, bounds and
     the shipped defaults with their sources) unless the scenario's `Serving` overrides them.
     ``prefill_mfu`` is the efficiency of a large prefill pass, reached as
     η(s) = prefill_mfu · s / (s + prefill_half_tokens) for s tokens in the pass.

@@ -27,13 +27,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from optimizer.errors import Origin, ScenarioError
+from optimizer.base.errors import Origin, ScenarioError
+from optimizer.base.outputs import unescape_text
+from optimizer.base.sources import read_text
+from optimizer.base.units import Role
 from optimizer.folder.schema import OPTIONAL_TABLES, TABLE_COLUMNS, Column
-from optimizer.outputs import unescape_text
 from optimizer.results import Plan
 from optimizer.scenario import RawScenario, Scenario, validate
-from optimizer.sources import read_text
-from optimizer.units import Role
 
 REQUIRED = ("summary.json", "scenario.json") + tuple(f"{name}.csv" for name in TABLE_COLUMNS if name not in OPTIONAL_TABLES)
 BALANCE_TOLERANCE = 1e-6  # relative, on requests/s (tables carry 12 significant digits)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from optimizer.contracts import COST_COLUMNS, TERMS
-from optimizer.units import Role, ServingMode
+from optimizer.base.contracts import COST_COLUMNS, TERMS
+from optimizer.base.units import Role, ServingMode
 
 ROLES = tuple(Role)
 MAX_REPLICAS = 1_000_000  # more replicas than any fleet could hold: an edit gone wrong

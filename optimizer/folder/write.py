@@ -22,14 +22,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from optimizer.folder.schema import TABLE_COLUMNS, TABLES
-from optimizer.outputs import (
+from optimizer.base.outputs import (
     PLAN,
     folder_target,
     replace_folder,
     spreadsheet_safe,
     temp_sibling,
 )
+from optimizer.folder.schema import TABLE_COLUMNS, TABLES
 from optimizer.results import Plan
 
 # what depends on the machine's speed (the seconds of each step and bound; the plan, the bound
@@ -42,7 +42,7 @@ FIXED_DATE = datetime(2000, 1, 1)
 def write_plan(plan: Plan, out_dir: str | Path, inputs=(), extras=()) -> Path:
     """Write the plan folder atomically: everything goes to a temporary sibling folder, which
     then replaces ``out_dir`` in one rename; an interrupted write leaves nothing behind.
-    ``out_dir`` must be absent, empty or a previous plan folder (`optimizer.outputs`), and
+    ``out_dir`` must be absent, empty or a previous plan folder (`optimizer.base.outputs`), and
     hold none of the run's ``inputs``. Each of ``extras`` is called with the temporary folder
     before the rename — the command line passes the report writer there."""
     out = folder_target(out_dir, PLAN, inputs=inputs)

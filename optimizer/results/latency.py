@@ -10,7 +10,7 @@ Per (site, workload, slice) the plan's pools at their loads (× the workload's p
   settles likewise, its iterations carrying a prefill chunk a share ρ of the time (its
   lane's utilisation);
 * a prefill (or colocated) pool's wait (`curves.queueing.wait_law`) and the stages after it
-  (`optimizer.budget.Stages`: the pass, the KV transfer over the slower of the two NICs, the
+  (`optimizer.serving.budget.Stages`: the pass, the KV transfer over the slower of the two NICs, the
   decode pool's first step) give the TTFT of a request entering it; a tier's requests mix
   over its entry pools and their decode pools by the plan's flow shares
   (`curves.tail.Mixtures`), and its gaps over those decode pools by their tokens.
@@ -28,8 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from optimizer.budget import Stages, TtftPath, path
-from optimizer.configs import ServingConfig, make_replica
+from optimizer.base.units import MS_PER_S, Regime, Role
 from optimizer.curves.lengths import LengthDistribution
 from optimizer.curves.queueing import wait_law
 from optimizer.curves.roofline import decode_step_time_s, mixed_step_time_s
@@ -48,7 +47,8 @@ from optimizer.curves.tail import (
     settled_batch,
     step_states,
 )
-from optimizer.units import MS_PER_S, Regime, Role
+from optimizer.serving.budget import Stages, TtftPath, path
+from optimizer.serving.configs import ServingConfig, make_replica
 
 SLICE = ["period", "day_type", "hour"]
 TIER_KEYS = ["site", "workload", "tier", *SLICE]
@@ -241,7 +241,7 @@ class Prediction:
         """A tier's p99 TTFT ``total_ms`` behind ``rtt_ms``, in parts: the queue is what the
         waits add to the p99 of the overheads and stages (``stages_ms``, `ttft_p99_ms` with
         ``stages_only``); the stages split the rest as in the tier's largest component
-        (`optimizer.budget.split_stages`)."""
+        (`optimizer.serving.budget.split_stages`)."""
         c = max(self.tiers[key], key=lambda x: x.weight)
         stages = self.predictor.stages
         x = stages.disaggregated(c.config, c.nic_bytes_per_s, c.step_s) if c.config.role == Role.PREFILL else \

@@ -1,4 +1,4 @@
-"""A robust plan shown in the nominal world (`optimizer.pipeline.robust_plan`)."""
+"""A robust plan shown in the nominal world (`optimizer.commands.pipeline.robust_plan`)."""
 
 from __future__ import annotations
 

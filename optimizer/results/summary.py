@@ -10,14 +10,14 @@ from importlib.metadata import version
 import numpy as np
 import pandas as pd
 
-from optimizer.baseline import baseline
-from optimizer.billing import token_billing
+from optimizer.base.units import HOURS_PER_YEAR, SECONDS_PER_HOUR
 from optimizer.curves.economics import cost_per_million_tokens_usd
-from optimizer.fleet import fleet_hours, gpus_by_type_peak, unserved_penalty_usd
-from optimizer.instance import Instance
+from optimizer.instance.build import Instance
 from optimizer.scenario import RawScenario, Scenario
+from optimizer.serving.billing import token_billing
 from optimizer.solve import SolveResult, SolverSettings
-from optimizer.units import HOURS_PER_YEAR, SECONDS_PER_HOUR
+from optimizer.solve.baseline import baseline
+from optimizer.solve.fleet import fleet_hours, gpus_by_type_peak, unserved_penalty_usd
 
 SECONDS_PER_YEAR = HOURS_PER_YEAR * SECONDS_PER_HOUR
 UNSERVED_RPS = 1e-6  # below this, a workload's demand counts as served in full

@@ -1,7 +1,7 @@
 """The plan's tables: pools (replicas and load per pool and state), routing (requests/s per
 arc and slice, with its round trip), slo (predicted p99s, `latency`) and curves (every
 serving config used, with its curve figures); procurement and nodes (per slice: committed and
-on-demand nodes, GPUs in replicas and usable, kW) come from `optimizer.fleet`."""
+on-demand nodes, GPUs in replicas and usable, kW) come from `optimizer.solve.fleet`."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from dataclasses import asdict
 import numpy as np
 import pandas as pd
 
+from optimizer.base.units import MS_PER_S, Regime
 from optimizer.curves.queueing import wait_quantile_s
-from optimizer.fleet import node_table, procurement_table
-from optimizer.instance import Instance
+from optimizer.instance.build import Instance
 from optimizer.results.latency import slo_table
 from optimizer.scenario import Scenario
 from optimizer.solve import SolveResult
-from optimizer.units import MS_PER_S, Regime
+from optimizer.solve.fleet import node_table, procurement_table
 
 
 def slice_columns(inst: Instance) -> dict[int, dict]:

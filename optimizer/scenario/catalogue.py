@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, create_model, field_validator, model_validator
 
-from optimizer.contracts import TERMS
+from optimizer.base.contracts import TERMS
 from optimizer.scenario.fields import Catalogued, bounded, fraction_before, latency_ms_check
 
 
@@ -69,7 +69,7 @@ class PriceBase(Catalogued):
                                                why="list prices run from ~$0.40 to ~$13")
 
 
-# one optional $/GPU-hour column per committed term priced by the catalogue (`optimizer.contracts`)
+# one optional $/GPU-hour column per committed term priced by the catalogue (`optimizer.base.contracts`)
 Price = create_model(
     "Price", __base__=PriceBase, __doc__="Prices of one accelerator from one provider, $/GPU-hour.",
     **{t.price_column: (float | None, bounded(None, ge=0.001, le=10_000, unit="US$/GPU-hour",

@@ -10,13 +10,13 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel
 
-from optimizer.calibration.files import calibration_data
-from optimizer.calibration.params import PARAMETERS
-from optimizer.errors import Origin, ScenarioError, shorten, unknown_id_message
+from optimizer.base.errors import Origin, ScenarioError, shorten, unknown_id_message
+from optimizer.base.sources import check_expansion, read_yaml
+from optimizer.scenario.calibration.files import calibration_data
+from optimizer.scenario.calibration.params import PARAMETERS
 from optimizer.scenario.raw import RawScenario, select_dependent_rows, table_rows
 from optimizer.scenario.sections import Serving
 from optimizer.scenario.tables import DATA_DIR, SECTIONS, TABLES
-from optimizer.sources import check_expansion, read_yaml
 
 
 def apply_overrides(raw: RawScenario, overrides: list[str], flag: str = "--set") -> RawScenario:

@@ -14,14 +14,15 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from optimizer.calibration.files import calibration_data
-from optimizer.errors import (
+from optimizer.base.errors import (
     Origin,
     ScenarioError,
     shorten,
     unknown_id_message,
     yaml_bool_hint,
 )
+from optimizer.base.sources import LineDict, Row, read_csv, read_yaml
+from optimizer.scenario.calibration.files import calibration_data
 from optimizer.scenario.sections import DemandRow, MixRow
 from optimizer.scenario.tables import (
     DATA_DIR,
@@ -32,8 +33,7 @@ from optimizer.scenario.tables import (
     TableSpec,
     scenario_path,
 )
-from optimizer.sources import LineDict, Row, read_csv, read_yaml
-from optimizer.traces.spec import section_specs
+from optimizer.scenario.trace_spec import section_specs
 
 
 def _fields(model: type[BaseModel]) -> tuple[list[str], list[str]]:

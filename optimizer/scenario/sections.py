@@ -7,10 +7,10 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from optimizer.calibration.params import PARAMETERS, Calibration, shipped_calibration
-from optimizer.contracts import RESERVED_POLICY_KEYS
+from optimizer.base.contracts import RESERVED_POLICY_KEYS
+from optimizer.base.units import DAYS_PER_YEAR
+from optimizer.scenario.calibration.params import PARAMETERS, Calibration, shipped_calibration
 from optimizer.scenario.fields import Strict, bounded, fraction_before, fraction_check
-from optimizer.units import DAYS_PER_YEAR
 
 
 class Period(Strict):
@@ -136,7 +136,7 @@ class NetworkSpec(Strict):
 
 def _calibrated(name: str, unit: str, description: str):
     """A serving parameter a calibration fits, overridable here for every accelerator: its
-    range is the one the fit keeps to (`optimizer.calibration.params.PARAMETERS`)."""
+    range is the one the fit keeps to (`optimizer.scenario.calibration.params.PARAMETERS`)."""
     low, high, _ = PARAMETERS[name]
     return bounded(None, ge=low, le=high, unit=unit, description=description,
                    why="the range a calibration fit keeps to")
@@ -156,7 +156,7 @@ class Serving(Strict):
     """Efficiencies and overheads of the serving stack.
 
     The physical parameters (prefill_mfu … roofline_sharpness, meanings in
-    `optimizer.calibration.params.ParameterSet`) come per accelerator, engine and dtype from
+    `optimizer.scenario.calibration.params.ParameterSet`) come per accelerator, engine and dtype from
     the calibration: a scenario's top-level ``calibration: FILE`` (`fleetplan calibrate`),
     else the shipped defaults fitted to public measurements (data/serving_calibration.csv,
     sources in data/SOURCES.md). A value set here overrides them for every accelerator
@@ -306,7 +306,7 @@ class Robust(Strict):
     scenario; its summary reports the margins and the price of robustness (the robust plan's
     cost over the nominal plan's). Efficiencies are derated by ``efficiency_derate``, or —
     when the scenario names a calibration file (``use_calibration_band`` unset), or always
-    (set true) — by each accelerator's calibration band (`optimizer.calibration.band`)."""
+    (set true) — by each accelerator's calibration band (`optimizer.commands.calibrate.band`)."""
 
     demand_factor: float = bounded(1.25, ge=1, le=5, description="demand at a high percentile of its forecast, × the nominal")
     efficiency_derate: float = bounded(0.85, ge=0.1, le=1, description="prefill MFU, decode MBU and decode MFU × this")

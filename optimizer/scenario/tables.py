@@ -7,9 +7,9 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from optimizer.base.sources import shipped_data_dir
 from optimizer.scenario import catalogue as rows
 from optimizer.scenario import sections
-from optimizer.sources import shipped_data_dir
 
 DATA_DIR = shipped_data_dir()
 REFERENCE_SCENARIO = DATA_DIR / "scenarios" / "reference.yaml"

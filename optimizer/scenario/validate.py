@@ -12,8 +12,7 @@ from typing import get_args
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
-from optimizer.calibration.params import Calibration
-from optimizer.errors import (
+from optimizer.base.errors import (
     RANGE_ERRORS,
     Origin,
     ScenarioError,
@@ -21,6 +20,7 @@ from optimizer.errors import (
     unknown_id_message,
     yaml_bool_hint,
 )
+from optimizer.scenario.calibration.params import Calibration
 from optimizer.scenario.catalogue import Supply
 from optimizer.scenario.fields import accepted
 from optimizer.scenario.model import Scenario

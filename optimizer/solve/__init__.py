@@ -14,7 +14,7 @@ on any machine and under any load. The wall clock only caps the whole solve; a p
 short says so (`SolveResult.stopped_by_clock`).
 
 The program is built as arrays (`formulations`) and handed to HiGHS by a backend
-(`optimizer.backends`); the model and every change to it live in a `ModelCache`, which a
+(`optimizer.solve.backends`); the model and every change to it live in a `ModelCache`, which a
 sweep reuses between runs of the same structure.
 """
 
@@ -23,8 +23,8 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from optimizer.errors import InfeasibleError
-from optimizer.instance import Instance
+from optimizer.base.errors import InfeasibleError
+from optimizer.instance.build import Instance
 from optimizer.solve.anytime import gap_split, refine
 from optimizer.solve.cache import ModelCache
 from optimizer.solve.exact import solve_exact

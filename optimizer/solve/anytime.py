@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import time
 
-from optimizer.fleet import committed_nodes
-from optimizer.repair import repair
 from optimizer.solve import lagrange
 from optimizer.solve.cache import ModelCache
 from optimizer.solve.exact import run_exact
+from optimizer.solve.fleet import committed_nodes
 from optimizer.solve.parallel import SliceRunner
 from optimizer.solve.pricing import candidate, size_choices
+from optimizer.solve.repair import repair
 from optimizer.solve.settings import WORK, Bound, Candidate, SolveStep
 from optimizer.solve.slices import of_state
 from optimizer.solve.steps import Context, improve

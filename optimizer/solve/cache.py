@@ -12,9 +12,9 @@ import time
 
 from formulations import Reading, build_program, read_solution, refresh, structure, write_solution
 from formulations.linear import INF
-from optimizer.backends import BACKENDS, Outcome, gc_paused
-from optimizer.errors import NumericalTroubleError, ScenarioError, TimeLimitNoPlanError
-from optimizer.units import Role
+from optimizer.base.errors import NumericalTroubleError, ScenarioError, TimeLimitNoPlanError
+from optimizer.base.units import Role
+from optimizer.solve.backends import BACKENDS, Outcome, gc_paused
 
 
 class ModelCache:
@@ -90,7 +90,7 @@ class ModelCache:
     def run(self, seconds: float, gap: float, threads: int | None, what: str, watch=None,
             nodes: int | None = None) -> Outcome:
         """One solve; errors and time limits without any solution become planner-facing errors.
-        ``watch`` and ``nodes``: see `optimizer.backends.HighsDirect.solve`."""
+        ``watch`` and ``nodes``: see `optimizer.solve.backends.HighsDirect.solve`."""
         out = self.backend.solve(seconds, gap, threads, watch, nodes)
         self.last_basis = self.backend.basis() if not any(self.lp.col_integer) else None
         if out.status == "error" and not out.has_solution:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 import time
 
-from optimizer.errors import InfeasibleError
-from optimizer.fleet import Solution
+from optimizer.base.errors import InfeasibleError
+from optimizer.solve.fleet import Solution
 from optimizer.solve.pricing import candidate
 from optimizer.solve.settings import Bound, Candidate, SolveStep
 
@@ -15,7 +15,7 @@ PROGRESS_EVERY_S = 5.0  # progress lines of a long exact solve
 
 
 def watcher(ctx, what: str):
-    """A HiGHS watch (`optimizer.backends.HighsDirect.solve`): a progress line every
+    """A HiGHS watch (`optimizer.solve.backends.HighsDirect.solve`): a progress line every
     PROGRESS_EVERY_S with the best plan and bound — HiGHS's own or one found before — and a
     stop once they are within the gap target."""
     last = [time.perf_counter()]

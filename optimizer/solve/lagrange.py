@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from optimizer.instance import Instance
+from optimizer.base.units import HOURS_PER_YEAR
+from optimizer.instance.build import Instance
 from optimizer.solve.parallel import SliceRunner
-from optimizer.units import HOURS_PER_YEAR
 
 SLICE_GAP = 1e-3  # relative gap a slice program stops at: its bound is what counts
 

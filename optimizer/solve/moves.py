@@ -2,7 +2,7 @@
 
 A move changes the loads of a few pools in one nominal state: the pools' whole replicas, their
 (site, accelerator)'s nodes in that state and that pair's whole commitment over the year are
-priced again by the fleet's own rules (`optimizer.fleet`: `replicas_needed`, `nodes_for`,
+priced again by the fleet's own rules (`optimizer.solve.fleet`: `replicas_needed`, `nodes_for`,
 `Commitments.best`), for the pairs the move touches only. Routing arcs, latency tiers and the
 decode speed classes are kept, so every request stays inside its objective:
 
@@ -30,7 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.fleet import (
+from optimizer.base.units import Regime, Role
+from optimizer.instance.build import Instance
+from optimizer.solve.fleet import (
     Commitments,
     PairCost,
     Solution,
@@ -40,8 +42,6 @@ from optimizer.fleet import (
     nodes_for,
     replicas_for,
 )
-from optimizer.instance import Instance
-from optimizer.units import Regime, Role
 
 NO_LOAD_RPS = 1e-12
 COST_TOLERANCE_USD = 1e-6

@@ -18,7 +18,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from optimizer.errors import ScenarioError
+from optimizer.base.errors import ScenarioError
 from optimizer.solve.slices import SliceProgram, SliceResult
 
 MIN_SECONDS = 0.5  # a slice program given less is not started

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from optimizer.fleet import Solution, procurement_table, replicas_needed, unserved_penalty_usd
-from optimizer.instance import Instance, kappa, reach
+from optimizer.base.units import HOURS_PER_YEAR, Role
+from optimizer.instance.build import Instance, kappa, reach
+from optimizer.solve.fleet import Solution, procurement_table, replicas_needed, unserved_penalty_usd
 from optimizer.solve.settings import Candidate
-from optimizer.units import HOURS_PER_YEAR, Role
 
 UNPRICEABLE = 1e6  # GPUs per request/s of a pool that cannot serve at all
 

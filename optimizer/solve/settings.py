@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from optimizer.backends import BACKENDS
-from optimizer.fleet import Solution
+from optimizer.solve.backends import BACKENDS
+from optimizer.solve.fleet import Solution
 
 STEPS = ("bound", "improve", "refine")  # the default solve, in order
 FIRST_PLAN_STEPS = STEPS[:-1]  # the first whole plan, improved: what a sweep run does unless asked for more

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from formulations import Operating, Reading, build_program, read_solution, write_solution
-from optimizer.backends import HighsDirect
-from optimizer.fleet import Solution
-from optimizer.instance import Instance, slice_view
+from optimizer.instance.build import Instance, slice_view
+from optimizer.solve.backends import HighsDirect
+from optimizer.solve.fleet import Solution
 from optimizer.solve.pricing import pool_sizes
 
 

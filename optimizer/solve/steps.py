@@ -26,14 +26,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from optimizer.errors import TimeLimitNoPlanError
-from optimizer.fleet import Solution, gpus_in_replicas, node_kw
-from optimizer.instance import Instance
-from optimizer.repair import repair
+from optimizer.base.errors import TimeLimitNoPlanError
+from optimizer.instance.build import Instance
 from optimizer.solve import moves
 from optimizer.solve.cache import ModelCache
-from optimizer.solve.operating import reoperate_slices
+from optimizer.solve.fixed_commitment import reoperate_slices
+from optimizer.solve.fleet import Solution, gpus_in_replicas, node_kw
 from optimizer.solve.pricing import at_sizes, candidate
+from optimizer.solve.repair import repair
 from optimizer.solve.settings import WORK, Bound, Candidate, Progress, SolverSettings, SolveStep
 
 MAX_ROOM_SOLVES = 4  # extra master solves allowed to make room where whole replicas overflowed

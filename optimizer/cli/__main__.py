@@ -1,0 +1,3 @@
+from optimizer.cli.main import main
+
+raise SystemExit(main())

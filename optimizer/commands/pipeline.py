@@ -1,0 +1,146 @@
+"""The pipeline: a scenario planned into a `Plan` (scenario → pre-flight checks → network →
+instance → solve → tables and summary), robustly with margins, or again from a plan folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from optimizer.base.errors import (
+    InfeasibleError,
+    Origin,
+    ScenarioError,
+    TimeLimitNoPlanError,
+)
+from optimizer.commands.calibrate import band
+from optimizer.folder.read import read_plan, scenario_of
+from optimizer.geography.network import build_graph, rtt_matrix
+from optimizer.instance.build import build_instance
+from optimizer.instance.checks import preflight
+from optimizer.results import Plan
+from optimizer.results.robust import to_nominal_world
+from optimizer.results.summary import plan_summary
+from optimizer.results.tables import plan_tables
+from optimizer.scenario import (
+    RawScenario,
+    Scenario,
+    apply_overrides,
+    load_scenario,
+    validate,
+)
+from optimizer.solve import SolverSettings, solve
+from optimizer.solve.diagnosis import diagnose
+from optimizer.solve.settings import FIRST_PLAN_STEPS, STEPS
+
+UNSERVED_TOLERANCE = 1e-6
+
+
+def settings_from(s: Scenario, time_limit_s=None, mip_gap=None, threads=None, exact=None, backend="highs",
+                  effort=None, workers=None, scheduler=None) -> SolverSettings:
+    """The solve's settings: a flag given here wins over the scenario's policy. The effort
+    sets the work (`settings.WORK`): "first" stops at the first whole plan, improved by moves;
+    "quick" and "thorough" refine it further. The time limit (flag, then the scenario's, for
+    the scenario's own effort) is a wall-clock safety cap, else the effort's cap."""
+    effort = effort or s.policy.effort
+    if time_limit_s is None and effort == s.policy.effort:
+        time_limit_s = s.policy.time_limit_s
+    return SolverSettings(
+        time_limit_s=time_limit_s,
+        mip_gap=mip_gap if mip_gap is not None else s.policy.mip_gap,
+        threads=threads if threads is not None else s.policy.threads,
+        exact=exact,
+        backend=backend,
+        steps=FIRST_PLAN_STEPS if effort == "first" else STEPS,
+        effort=effort,
+        workers=workers,
+        scheduler=scheduler,
+    )
+
+
+def make_plan(path=None, overrides=(), *, time_limit_s=None, mip_gap=None, threads=None, exact=None,
+              allow_unserved=False, robust=False, backend="highs", progress=None, effort=None, workers=None,
+              scheduler=None) -> Plan:
+    """Plan a scenario file (default: the reference scenario) with ``--set`` overrides;
+    ``robust`` plans with the scenario's robust margins (`robust_plan`)."""
+    s, raw = load_scenario(path, list(overrides))
+    settings = settings_from(s, time_limit_s, mip_gap, threads, exact, backend, effort, workers, scheduler)
+    if robust:
+        return robust_plan(s, raw, settings, allow_unserved=allow_unserved, progress=progress)
+    return plan_scenario(s, raw, settings, allow_unserved=allow_unserved, progress=progress)
+
+
+def robust_plan(s: Scenario, raw: RawScenario, settings: SolverSettings, *, allow_unserved=False, progress=None) -> Plan:
+    """Plan with margins (demand at a high percentile, derated efficiencies, longer round
+    trips) and report the price of robustness against the nominal plan. The folder keeps the
+    nominal scenario, so verify and stress judge the robust plan in the nominal world."""
+    say = progress or (lambda msg: None)
+    say("nominal plan (for the price of robustness)")
+    nominal = plan_scenario(s, raw, settings, allow_unserved=allow_unserved, progress=progress)
+    rows = robust_band(s)
+    margins = s.robust.overrides(s, banded=bool(rows))
+    robust_raw = apply_overrides(raw, margins)
+    if rows:
+        robust_raw.data["calibration"] = band.derated(robust_raw.data["calibration"], rows)
+        margins = margins + ["efficiencies × the calibration's p90 band per accelerator"]
+    say("robust plan: " + ", ".join(margins))
+    plan = plan_scenario(validate(robust_raw), robust_raw, settings, allow_unserved=allow_unserved, progress=progress)
+    to_nominal_world(plan, s.robust.demand_factor, s.robust.rtt_margin_ms)
+    plan.scenario_data = raw.data
+    cost, base = plan.summary["total_cost_usd"], nominal.summary["total_cost_usd"]
+    gpus, base_gpus = (sum(p.summary["gpus_by_type_peak"].values()) for p in (plan, nominal))
+    plan.summary.update(scenario_sha256=raw.sha256(), overrides=list(raw.overrides), robust={
+        **s.robust.model_dump(), "margins": margins, "nominal_cost_usd": base,
+        "price_of_robustness": cost / base - 1 if base else None,
+        "nominal_gpus_peak": base_gpus, "extra_gpus_peak": gpus - base_gpus,
+        "band": band.summary_rows(rows) if rows else None,
+        "band_source": (s.serving.calibration.file or "shipped defaults") if rows else None})
+    return plan
+
+
+def robust_band(s: Scenario) -> list[dict]:
+    """The calibration band a robust plan derates with (`optimizer.commands.calibrate.band`, kinds
+    without a spread at ``robust.efficiency_derate``), or [] for the fixed derate: the band
+    is used when ``robust.use_calibration_band`` says so, or (unset) when the scenario names
+    a calibration file."""
+    wanted = s.robust.use_calibration_band
+    if wanted is None:
+        wanted = s.serving.calibration.file is not None
+    if not wanted or not band.has_band(s):
+        return []
+    return band.band(s, fallback=s.robust.efficiency_derate)
+
+
+def plan_scenario(s: Scenario, raw: RawScenario, settings: SolverSettings, *, allow_unserved=False, progress=None,
+                  cache=None) -> Plan:
+    say = progress or (lambda msg: None)
+    preflight(s, raw)
+    rtt = rtt_matrix(build_graph(s, raw.path.parent), s)
+    inst = build_instance(s, rtt)
+    say(f"instance: {len(inst.metros)} metros, {len(inst.sites)} sites, {len(inst.states)} states, "
+        f"{len(inst.pools)} pools, {sum(len(a) for a in inst.arcs.values())} routing arcs")
+    result = solve(inst, settings, progress, cache)
+    tables = plan_tables(s, inst, result)
+    summary = plan_summary(s, raw, inst, result, tables, settings)
+    if summary["unserved_fraction"] > UNSERVED_TOLERANCE and not allow_unserved:
+        if result.status == "time_limit":
+            raise TimeLimitNoPlanError(
+                f"the time limit ran out before a plan serving all demand was found (the best so far leaves "
+                f"{100 * summary['unserved_fraction']:.2f} % unserved); raise --time-limit, or use the default "
+                "mode for large scenarios (--master)")
+        raise InfeasibleError(diagnose(s, inst, result.solution, rtt))
+    return Plan(summary, tables, raw.data, raw.files())
+
+
+def replan(plan_dir: str | Path, *, progress=None, allow_unserved=False) -> Plan:
+    """Plan again exactly what a plan folder records: its resolved scenario (overrides
+    included) with its solver settings."""
+    old = read_plan(plan_dir)
+    raw = RawScenario(old.scenario_data, {}, Path(plan_dir) / "scenario.json",
+                      overrides=[str(o) for o in old.summary["overrides"]])
+    try:
+        settings = SolverSettings(**old.summary["settings"])
+    except (TypeError, ValueError) as exc:
+        raise ScenarioError(f"the recorded solver settings cannot be used: {exc}",
+                            Origin(str(Path(plan_dir) / "summary.json")), field="settings") from None
+    if old.summary.get("robust"):
+        return robust_plan(scenario_of(old, plan_dir), raw, settings, allow_unserved=allow_unserved, progress=progress)
+    return plan_scenario(scenario_of(old, plan_dir), raw, settings, allow_unserved=allow_unserved, progress=progress)

@@ -1,0 +1,379 @@
+"""One (site, workload, slice) of a plan, simulated request by request.
+
+A group is everything that shares replicas: the tiers' prefill and colocated pools of the
+site and workload, and the site's decode pools they hand off to. Its arrivals are the
+routes (metro → site, tier) of that slice at requests/s × peak-to-mean, or a log replayed
+(`arrivals`).
+
+Warm-up and cool-down. Queues start empty. The first 10 % of arrivals are not counted. A
+decode batch, though, takes several mean decode durations (output × time per token, tens of
+seconds for chat) to fill from empty — longer than 10 % of 20,000 arrivals lasts at a few
+hundred requests/s — and while it fills, steps are shorter than in steady state. So, unless
+``Options.warm_start`` is off, every decode and colocated replica starts with its steady-state
+batch already mid-decode (`steady_state`, `initial_sequences`: Little's law on the step
+curve; these sequences are never counted), and the warm-up lasts at least half a mean decode
+duration. After the counted arrivals, arrivals go on (uncounted) for one more mean decode
+duration, so that counted requests finish beside a full batch rather than a draining one.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from optimizer.base.units import Role
+from optimizer.commands.verify.arrivals import POISSON, Context
+from optimizer.commands.verify.engine import PoolSpec, StepModel, TabulatedSteps, fifo_pool, simulate_pool
+from optimizer.curves.cache import cache_kv_share
+from optimizer.curves.lengths import LengthDistribution
+from optimizer.curves.memory import kv_budget_bytes, kv_replication
+from optimizer.curves.prefill_batch import pass_time_s
+from optimizer.curves.roofline import prefill_time_s
+from optimizer.curves.speculative import expected_tokens_per_step
+from optimizer.serving.configs import kv_bytes_per_token, make_replica
+
+# ITL histogram: bin 0 holds zero gaps (tokens of one speculative step after its first);
+# bin i ≥ 1 holds gaps in [G0·R^(i−1), G0·R^i) ms — quantiles are read to within 0.1 %.
+HIST_G0_MS = 1e-3
+HIST_RATIO = 1.001
+HIST_BINS = int(math.ceil(math.log(1e7 / HIST_G0_MS) / math.log(HIST_RATIO))) + 2
+
+
+@dataclass
+class Options:
+    """Simulation settings (defaults are the documented behaviour of `verify_plan`)."""
+
+    # None: each prefill pool as planned (one prompt at a time, or batched up to its config's
+    # budget); 0 or N > 0 overrides every prefill pool (a what-if: one at a time, or N new tokens)
+    prefill_batch_tokens: int | None = None
+    warmup_fraction: float = 0.1
+    warm_start: bool = True  # batching pools start with their steady-state batch mid-decode
+    warmup_decode_durations: float = 0.5  # warm-up lasts at least this many mean decode durations
+    cooldown_decode_durations: float = 1.0
+    cap_s: float = 3600.0  # at most this long a measured window (fewer requests at low load)
+    check: bool = False  # assert the slot/KV limits inside the replica pools
+    exact_steps: bool = False  # evaluate every decode step on the curve instead of its table
+
+
+@dataclass(frozen=True)
+class Route:
+    metro: str
+    tier: int
+    requests_per_s: float
+    rtt_ms: float
+
+
+@dataclass(frozen=True)
+class Pool:
+    role: str
+    tier: int
+    config: str
+    replicas: int
+    requests_per_s: float
+    speed: int = -1  # prefill feeds the decode pools of its speed class
+
+
+@dataclass(frozen=True)
+class Group:
+    site: str
+    workload: str
+    period: str
+    day_type: str
+    hour: int
+    routes: tuple
+    pools: tuple
+
+    @property
+    def key(self) -> str:
+        return f"{self.site}|{self.workload}|{self.period}|{self.day_type}|{self.hour}"
+
+
+@dataclass
+class GroupResult:
+    """Counted requests of one group, and the ITL histogram of their gaps."""
+
+    group: Group
+    simulated: int
+    metro: np.ndarray  # metro name per counted request
+    ttft_ms: np.ndarray
+    tokens: np.ndarray
+    gaps: np.ndarray  # inter-token gaps per request (tokens − 1)
+    ok_gaps: np.ndarray  # of them inside the ITL objective
+    hist: np.ndarray
+    extra: dict = field(default_factory=dict)
+
+
+class PlanModel:
+    """The physics of a plan: replicas rebuilt from the scenario for each config in curves.csv."""
+
+    def __init__(self, scenario, curves, exact_steps: bool = False):
+        self.s = scenario
+        self.exact_steps = exact_steps
+        self.curves = {row["id"]: row for row in curves.to_dict("records")}
+        self._cache: dict = {}
+
+    def replica(self, cid: str):
+        if ("r", cid) not in self._cache:
+            c = self.curves[cid]
+            w = self.s.workloads[c["workload"]]
+            r = make_replica(self.s.models[w.model], self.s.accelerators[c["gpu"]], self.s.serving, int(c["gpus"]),
+                             w.weight_dtype, w.kv_dtype)
+            self._cache[("r", cid)] = r
+        return self._cache[("r", cid)]
+
+    def steps(self, cid: str) -> StepModel:
+        if ("s", cid) not in self._cache:
+            c = self.curves[cid]
+            spec = self.s.serving.speculative
+            speculative = _truthy(c["speculative"]) and c["role"] == Role.DECODE
+            steps = StepModel(self.replica(cid), (spec.draft_tokens, spec.draft_cost_ratio) if speculative else None)
+            self._cache[("s", cid)] = steps if self.exact_steps else TabulatedSteps(steps)
+        return self._cache[("s", cid)]
+
+    def pool_spec(self, cid: str, replicas: int) -> PoolSpec:
+        c = self.curves[cid]
+        r = self.replica(cid)
+        w = self.s.workloads[c["workload"]]
+        kvt = r.kv_bytes_per_token * kv_replication(r.model, r.gpus)
+        budget = kv_budget_bytes(r)
+        spec = self.s.serving.speculative
+        if c["role"] == Role.COLOCATED:
+            share = cache_kv_share(self.s.serving.resident_prefixes, w.shared_prefix_tokens, kvt, budget)
+            return PoolSpec(replicas, int(c["batch"]), budget * (1.0 - share), kvt, self.steps(cid),
+                            int(c["chunk_tokens"]))
+        speculative = _truthy(c["speculative"])
+        return PoolSpec(replicas, int(c["batch"]), budget, kvt, self.steps(cid), 0,
+                        (spec.draft_tokens, spec.acceptance_rate) if speculative else None)
+
+    def prefill_batch_tokens(self, cid: str, opt: Options) -> int:
+        """The new-token budget a prefill pool's passes take: its config's (0 for one prompt at
+        a time; folders from before batched prefill have none), unless ``opt`` overrides it."""
+        if opt.prefill_batch_tokens is not None:
+            return int(opt.prefill_batch_tokens)
+        return int(self.curves[cid].get("prefill_batch_tokens", 0))
+
+    def decode_seconds(self, cid: str) -> float:
+        """Mean time a request spends decoding on this config at its operating point."""
+        c = self.curves[cid]
+        w = self.s.workloads[c["workload"]]
+        return w.osl_mean_tokens * float(c["step_ms"]) / 1e3 / max(float(c["tokens_per_step"]), 1.0)
+
+
+def _truthy(x) -> bool:
+    return str(x).strip().lower() in ("true", "1", "1.0", "yes")
+
+
+def group_seed(seed: int, group: Group) -> np.random.SeedSequence:
+    """Each group's random streams depend only on the seed and the group's key, so results
+    do not depend on which groups run, in which order, or in how many processes."""
+    return np.random.SeedSequence([int(seed), zlib.crc32(group.key.encode())])
+
+
+def _share(weights, replicas) -> np.ndarray:
+    w = np.asarray(weights, dtype=float)
+    if w.sum() <= 0:
+        w = np.asarray(replicas, dtype=float)
+    if w.sum() <= 0:
+        w = np.ones(len(w))
+    return w / w.sum()
+
+
+def steady_state(spec: PoolSpec, rate_per_replica: float, w, speculative_tokens: float = 1.0):
+    """(sequences decoding per replica, mean seconds a request decodes) in steady state, by
+    Little's law N = λ · (output / tokens per step) · iteration(N), iterated to its fixed
+    point. A colocated replica spends the share ρ = λ · chunks per prompt · chunk iteration
+    of its time on iterations that carry a chunk, so its mean iteration is
+    1 / ((1 − ρ)/decode step + ρ/chunk iteration). Only a warm start and the length of
+    warm-up/cool-down depend on it, never a measured figure."""
+    steps = spec.steps
+    context = np.array([w.isl_mean_tokens + w.osl_mean_tokens / 2.0])
+    per_request = w.osl_mean_tokens / max(speculative_tokens, 1.0)
+    kv_cap = spec.kv_budget_bytes / ((w.isl_mean_tokens + w.osl_mean_tokens) * spec.kv_bytes_per_token)
+    cap = max(0.95 * min(spec.batch, kv_cap), 1.0)
+    new = max(w.isl_mean_tokens - w.prompt_cache_hit_rate * min(w.shared_prefix_tokens, w.isl_mean_tokens), 1.0)
+    n, iteration = 1.0, 0.0
+    for _ in range(40):
+        b = max(int(round(n)), 1)
+        iteration = float(steps.decode(b, context)[0])
+        if spec.chunk_tokens:
+            c = spec.chunk_tokens
+            mixed = float(np.asarray(steps.mixed(b, context, np.array([float(c)]), np.array([new / 2.0])))[0])
+            busy = min(0.95, rate_per_replica * (new / c + 0.5) * mixed)
+            iteration = 1.0 / ((1.0 - busy) / iteration + busy / mixed)  # mean time per iteration
+        n = 0.5 * n + 0.5 * min(rate_per_replica * per_request * iteration, cap)
+    return n, per_request * iteration
+
+
+def initial_sequences(rng, replicas: int, per_replica: float, isl: LengthDistribution, osl: LengthDistribution):
+    """Sequences caught mid-decode at a random instant of steady state: Poisson(N) per
+    replica; the output of one in progress is length-biased (∝ its length), its progress
+    uniform within it."""
+    counts = rng.poisson(per_replica, replicas)
+    total = int(counts.sum())
+    if total == 0:
+        return None
+    candidates = osl.sample(rng, max(256, 8 * total)).astype(float)
+    length = candidates[rng.choice(len(candidates), total, p=candidates / candidates.sum())].astype(np.int64)
+    done = np.floor(rng.random(total) * length).astype(np.int64)
+    prompt = isl.sample(rng, total)
+    return np.repeat(np.arange(replicas), counts), prompt + done, np.maximum(length - done, 1)
+
+
+def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Options,
+                   arrivals=POISSON) -> GroupResult | None:
+    """``arrivals``: where the requests come from (`arrivals.Poisson`, the default, or a
+    `arrivals.Trace` replaying a log)."""
+    s = model.s
+    w = s.workloads[g.workload]
+    m = s.models[w.model]
+    routes = [r for r in g.routes if r.requests_per_s > 0]
+    if not routes:
+        return None
+    rates = arrivals.route_rates(s, g, routes)
+    lam = float(rates.sum())
+    entry = [p for p in g.pools if p.role in (Role.PREFILL, Role.COLOCATED)]
+    decode = [p for p in g.pools if p.role == Role.DECODE]
+    isl_dist = LengthDistribution(w.isl_mean_tokens, w.isl_p99_tokens, m.max_context)
+    osl_dist = LengthDistribution(w.osl_mean_tokens, w.osl_p99_tokens, m.max_context)
+
+    # flow shares: a tier's load over its prefill/colocated pools, prefill output over the decode pools
+    route_tier = np.array([r.tier for r in routes])
+    entry_share = {}
+    for tier in np.unique(route_tier):
+        cands = [i for i, p in enumerate(entry) if p.tier == tier]
+        if cands:
+            entry_share[int(tier)] = (cands, _share([entry[i].requests_per_s for i in cands],
+                                                    [entry[i].replicas for i in cands]))
+    decode_share = {}  # speed class → (decode pool indices, shares)
+    for speed in {q.speed for q in decode}:
+        cands = [j for j, q in enumerate(decode) if q.speed == speed]
+        decode_share[speed] = (cands, _share([decode[j].requests_per_s for j in cands], [decode[j].replicas for j in cands]))
+    entry_rate = np.zeros(len(entry))
+    for tier, (cands, p) in entry_share.items():
+        entry_rate[cands] += rates[route_tier == tier].sum() * p
+    pool_rate = {("entry", i): entry_rate[i] for i, p in enumerate(entry) if p.role == Role.COLOCATED}
+    for speed, (cands, share) in decode_share.items():
+        prefill_rate = sum(entry_rate[i] for i, p in enumerate(entry) if p.role == Role.PREFILL and p.speed == speed)
+        pool_rate.update({("decode", j): prefill_rate * sh for j, sh in zip(cands, share)})
+
+    # steady state of every batching pool: warm start, and how long warm-up and cool-down last
+    draft = s.serving.speculative
+    tokens_per_step = float(expected_tokens_per_step(draft.acceptance_rate, draft.draft_tokens))
+    steady = {}
+    for key, rate in pool_rate.items():
+        pool = entry[key[1]] if key[0] == "entry" else decode[key[1]]
+        if pool.replicas <= 0:
+            continue
+        spec = model.pool_spec(pool.config, pool.replicas)
+        steady[key] = steady_state(spec, rate / pool.replicas, w, tokens_per_step if spec.speculative else 1.0)
+    fill = max((sec for _, sec in steady.values()), default=0.0)
+
+    streams = [np.random.default_rng(x) for x in group_seed(seed, g).spawn(6)]
+    rng_arr, rng_len, rng_route, rng_spec_seed, rng_pool, rng_warm = streams
+    drawn = arrivals.draw(Context(g, w, routes, rates, requests, fill, opt, isl_dist, osl_dist, rng_arr, rng_route,
+                                  rng_len))
+    t, route, isl, osl, cached, counted = drawn.t, drawn.route, drawn.isl, drawn.osl, drawn.cached, drawn.counted
+    n = len(t)
+
+    # each request enters one prefill/colocated pool of its route's tier, by the plan's flow shares
+    tiers = route_tier[route]
+    pool_of = np.full(n, -1, np.int64)
+    for tier, (cands, p) in entry_share.items():
+        mask = tiers == tier
+        pool_of[mask] = np.asarray(cands)[rng_pool.choice(len(cands), int(mask.sum()), p=p)]
+
+    first_time = np.full(n, np.inf)
+    ok_gaps = np.zeros(n, np.int64)
+    hist = np.zeros(HIST_BINS)
+    obj_s = w.itl_p99_ms / 1e3
+    spec_seeds = np.random.SeedSequence(rng_spec_seed.integers(2**63)).spawn(len(entry) + len(decode))
+    spec_streams = iter(np.random.default_rng(x) for x in spec_seeds)
+
+    def run_replicas(key, pool, idx, arrive):
+        """Simulate one replica pool for requests ``idx`` arriving at ``arrive``; fill their
+        first-token times, ITL counts and the histogram."""
+        if len(idx) == 0:
+            return
+        spec = model.pool_spec(pool.config, pool.replicas)
+        initial = None
+        if opt.warm_start and key in steady:
+            initial = initial_sequences(rng_warm, pool.replicas, steady[key][0], isl_dist, osl_dist)
+        out = simulate_pool(spec, arrive, isl[idx], osl[idx], cached[idx], rng=next(spec_streams), check=opt.check,
+                            initial=initial)
+        served = out.replica >= 0
+        if not served.any():
+            return
+        d, e, off = out.concatenated()
+        base = off[out.replica[served]]
+        fs = base + out.first_step[served]
+        ls = base + out.last_step[served]
+        sel = idx[served]
+        first_time[sel] = e[fs]
+        okc = np.concatenate(([0], np.cumsum(d <= obj_s)))
+        steps_with_gap = ls - fs
+        zero = osl[sel] - 1 - steps_with_gap
+        ok_gaps[sel] = okc[ls + 1] - okc[fs + 1] + zero
+        c = counted[sel]
+        delta = np.bincount(np.concatenate((fs[c] + 1, ls[c] + 1)),
+                            weights=np.concatenate((np.ones(c.sum()), -np.ones(c.sum()))), minlength=len(d) + 2)
+        weight = np.cumsum(delta)[:len(d)]
+        hist[:] += np.bincount(_bins(d), weights=weight, minlength=HIST_BINS)
+        hist[0] += zero[c].sum()
+
+    decode_in: list[list] = [[] for _ in decode]
+    kv = kv_bytes_per_token(w, m)
+    for i, p in enumerate(entry):
+        idx = np.flatnonzero(pool_of == i)
+        if p.role == Role.COLOCATED:
+            run_replicas(("entry", i), p, idx, t[idx])
+            continue
+        r = model.replica(p.config)
+        service = prefill_time_s(r, isl[idx], cached[idx])
+        _, done = fifo_pool(t[idx], p.replicas, service, tokens=isl[idx], cached=cached[idx],
+                            batch_tokens=model.prefill_batch_tokens(p.config, opt),
+                            batch_service=lambda tok, cac, r=r: pass_time_s(r, tok, cac))
+        if p.speed not in decode_share:
+            continue
+        cands, share = decode_share[p.speed]
+        to = np.asarray(cands)[rng_pool.choice(len(cands), len(idx), p=share)]
+        for j, q in enumerate(decode):
+            sel = to == j
+            if not sel.any():
+                continue
+            nic = min(float(model.curves[p.config]["nic_gb_s"]), float(model.curves[q.config]["nic_gb_s"])) * 1e9
+            xfer = s.serving.kv_transfer_latency_ms / 1e3 + isl[idx[sel]] * kv / nic
+            decode_in[j].append((idx[sel], done[sel] + xfer))
+    for j, q in enumerate(decode):
+        if decode_in[j]:
+            idx = np.concatenate([a for a, _ in decode_in[j]])
+            arrive = np.concatenate([b for _, b in decode_in[j]])
+            run_replicas(("decode", j), q, idx, arrive)
+
+    rtt = np.array([r.rtt_ms for r in routes])[route]
+    ttft = rtt + s.serving.fixed_overhead_ms + (first_time - t) * 1e3
+    c = counted
+    metros = np.array([r.metro for r in routes], dtype=object)[route]
+    return GroupResult(g, n, metros[c], ttft[c], osl[c], osl[c] - 1, ok_gaps[c], hist,
+                       {**drawn.extra, "arrival_rate": lam, "decode_seconds": fill,
+                        "steady_batch": {f"{k[0]}{k[1]}": v[0] for k, v in steady.items()}})
+
+
+def _bins(d_s: np.ndarray) -> np.ndarray:
+    ms = np.maximum(np.asarray(d_s) * 1e3, HIST_G0_MS)
+    i = np.floor(np.log(ms / HIST_G0_MS) / math.log(HIST_RATIO)).astype(np.int64) + 1
+    i = np.where(np.asarray(d_s) <= 0, 0, i)
+    return np.clip(i, 0, HIST_BINS - 1)
+
+
+def hist_quantile(hist: np.ndarray, q: float) -> float:
+    """q-quantile (ms) of the gaps a histogram holds (the geometric middle of its bin)."""
+    total = hist.sum()
+    if total <= 0:
+        return float("nan")
+    i = int(np.searchsorted(np.cumsum(hist), q * total - 1e-9 * total, side="left"))
+    if i == 0:
+        return 0.0
+    return float(HIST_G0_MS * HIST_RATIO ** (i - 0.5))

@@ -1,0 +1,424 @@
+"""Serving configurations: a workload's model on an accelerator at a parallel degree, in a
+role (prefill, decode, colocated), at its operating point — the curves evaluated for the
+scenario's catalogue rows.
+
+Rules (reasons in the README's "Modelling choices"):
+- tensor parallelism stays inside a scale-up domain (a node over PCIe for parts without
+  NVLink/Infinity Fabric); a MoE model too large for one node may span nodes with expert
+  parallelism over the scale-out NIC (`Serving.max_gpus_per_replica`);
+- a decode replica reserves KV for a full request (prompt + output) per slot and steps at the
+  mean context (prompt + half the output);
+- speculative decoding is offered on decode replicas; colocated replicas use chunked prefill
+  and plain decoding;
+- a dedicated prefill replica serves one prompt at a time or, for each budget B in
+  `Serving.prefill_batch_tokens`, packs the waiting prompts into passes of up to B new
+  tokens (`optimizer.curves.prefill_batch`); the configs compete like any others;
+- the p99 prompt is assumed a cache miss unless nearly every request hits.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from optimizer.base.units import Role
+from optimizer.curves.batching import decode_operating_point
+from optimizer.curves.cache import cache_kv_share, p99_cached_tokens
+from optimizer.curves.lengths import LengthDistribution, service_moments
+from optimizer.curves.memory import kv_budget_bytes, kv_replication, max_concurrency
+from optimizer.curves.prefill_batch import full_pass_s, p99_pass_s
+from optimizer.curves.roofline import (
+    decode_step_time_s,
+    mixed_step_time_s,
+    prefill_time_s,
+)
+from optimizer.curves.shapes import Efficiency, Hardware, ModelShape, Replica
+from optimizer.curves.speculative import (
+    expected_tokens_per_step,
+    speculative_step_time_s,
+)
+from optimizer.curves.transfer import replica_nic_bytes_per_s
+from optimizer.scenario import Accelerator, Model, Scenario, Serving, Workload
+
+BYTES_PER_VALUE = {"bf16": 2.0, "fp8": 1.0}
+MIN_BATCH_PROMPTS = 1.5  # a batching budget whose full pass holds fewer prompts on average gains too little
+
+
+def model_shape(m: Model) -> ModelShape:
+    return ModelShape(
+        params_total=m.total_params_b * 1e9,
+        params_active=m.active_params_b * 1e9,
+        layers=m.layers,
+        hidden=m.hidden,
+        heads=m.heads,
+        kv_heads=m.kv_heads,
+        head_dim=m.head_dim,
+        attention=m.attention,
+        kv_lora_rank=m.kv_lora_rank or 0,
+        qk_rope_head_dim=m.qk_rope_head_dim or 0,
+        experts=m.experts or 0,
+        experts_per_token=m.experts_per_token or 0,
+        max_context=m.max_context,
+    )
+
+
+def hardware(a: Accelerator, dtype: str) -> Hardware | None:
+    """The accelerator at a compute precision; None where it lacks that precision (A100 FP8)."""
+    tflops = a.fp8_dense_tflops if dtype == "fp8" else a.bf16_dense_tflops
+    if tflops is None:
+        return None
+    return Hardware(
+        dense_flops_per_s=tflops * 1e12,
+        # Vendors' HBM capacities are binary gigabytes: the driver reports 81,559 MiB for an
+        # "80 GB" H100, 143,771 MiB for a "141 GB" H200, 183,359 MiB for a "180 GB" B200 (hbm_gb
+        # GiB is 0.4–0.5 % above each), and usable_hbm_fraction (vLLM's gpu_memory_utilization)
+        # applies to those bytes.
+        hbm_bytes=a.hbm_gb * 2**30,
+        hbm_bytes_per_s=a.hbm_tb_s * 1e12,
+        scaleup_domain_gpus=a.scaleup_domain_gpus,
+        scaleup_bytes_per_s=a.scaleup_gb_s * 1e9 / 2.0,
+        nic_bytes_per_s=a.nic_gbps_per_gpu * 1e9 / 8.0,
+        gpus_per_node=a.gpus_per_node,
+    )
+
+
+FRACTIONS = ("prefill_mfu", "decode_mbu", "decode_mfu", "link_efficiency", "small_link_share")
+
+
+def efficiency(s: Serving, accelerator: str = "*", dtype: str = "bf16") -> Efficiency:
+    """The parameters a replica of ``accelerator`` at weight ``dtype`` runs with: the
+    scenario's value where set, else the calibration's (file, then shipped; see
+    `optimizer.scenario.calibration.params.Calibration.lookup`) × ``serving.calibration_scale``
+    (fractions capped at 1)."""
+    calibrated = s.calibration.lookup(accelerator, dtype, s.engine).values()
+    v = {}
+    for name, value in calibrated.items():
+        override = getattr(s, name)
+        v[name] = override if override is not None else value * s.calibration_scale.get(name, 1.0)
+        if name in FRACTIONS:
+            v[name] = min(v[name], 1.0)
+    return Efficiency(
+        prefill_mfu=v["prefill_mfu"],
+        prefill_half_tokens=v["prefill_half_tokens"],
+        decode_mbu=v["decode_mbu"],
+        decode_mfu=v["decode_mfu"],
+        step_overhead_s=v["step_overhead_ms"] / 1e3,
+        layer_overhead_s=v["layer_overhead_us"] / 1e6,
+        usable_hbm_fraction=s.usable_hbm_fraction,
+        workspace_bytes_per_gpu=s.workspace_gb_per_gpu * 1e9,
+        collective_latency_s=v["collective_latency_us"] / 1e6,
+        link_efficiency=v["link_efficiency"],
+        bulk_extra_latency_s=v["bulk_extra_latency_us"] / 1e6,
+        small_link_share=v["small_link_share"],
+        pcie_p2p_gpus=int(v["pcie_p2p_gpus"]),
+        nic_efficiency=s.nic_efficiency,
+        roofline_sharpness=v["roofline_sharpness"],
+        attention_factor=v["attention_factor"],
+        moe_load_factor=v["moe_load_factor"],
+    )
+
+
+def kv_bytes_per_token(w: Workload, m: Model) -> float:
+    """KV bytes per token of the workload's model at its KV precision."""
+    shape = model_shape(m)
+    return shape.layers * shape.kv_values_per_token_per_layer * BYTES_PER_VALUE[w.kv_dtype]
+
+
+def parallel_degrees(m: Model, a: Accelerator, s: Serving) -> list[int]:
+    """GPUs per replica to consider: the allowed TP degrees inside the scale-up domain (the
+    node for PCIe parts); for MoE models, also whole multiples of a node up to
+    `Serving.max_gpus_per_replica` (expert parallelism across nodes)."""
+    domain = a.scaleup_domain_gpus if a.scaleup_domain_gpus > 1 else a.gpus_per_node
+    degrees = sorted({p for p in s.tp_degrees if p <= domain})
+    if m.experts:
+        node = a.gpus_per_node
+        degrees += [node * k for k in range(2, s.max_gpus_per_replica // node + 1)]
+    return degrees
+
+
+def make_replica(m: Model, a: Accelerator, s: Serving, gpus: int, weight_dtype: str, kv_dtype: str) -> Replica | None:
+    hw = hardware(a, weight_dtype)
+    if hw is None:
+        return None
+    return Replica(
+        model_shape(m), hw, efficiency(s, a.id, weight_dtype), gpus,
+        weight_bytes_per_param=BYTES_PER_VALUE[weight_dtype],
+        kv_bytes_per_value=BYTES_PER_VALUE[kv_dtype],
+    )
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """One way to serve a workload. Times in ms, rates per replica."""
+
+    id: str
+    workload: str
+    gpu: str
+    gpus: int
+    role: str  # a `Role`
+    batch: int = 0
+    speculative: bool = False
+    chunk_tokens: int = 0
+    prefill_p99_ms: float = 0.0  # prefill (colocated: all chunks) of the p99 prompt
+    service_mean_s: float = 0.0  # prefill-lane service time per request
+    service_scv: float = 0.0
+    step_ms: float = 0.0  # decode step / colocated iteration at the operating batch
+    itl_p99_ms: float = 0.0
+    tokens_per_step: float = 1.0
+    decode_rps: float = 0.0  # requests/s the decode side sustains (with utilisation headroom)
+    speed: float = 1.0  # decode: the share of the ITL objective its p99 step is held to
+    decode_tokens_per_s: float = 0.0
+    nic_bytes_per_s: float = 0.0
+    kv_budget_gb: float = 0.0
+    weights_gb_per_gpu: float = 0.0
+    max_concurrency: int = 0
+    input_share: float = 0.0  # estimated share of the replica's busy time spent on prompts (prefill)
+    prefill_batch_tokens: int = 0  # prefill: 0 one prompt at a time, else the new-token budget of a pass
+    batch_prompts: float = 1.0  # batched prefill: mean prompts in a full pass (k_B)
+    batch_pass_ms: float = 0.0  # batched prefill: time of a full pass (S_B)
+
+    def batching(self) -> dict:
+        """The batching arguments of `optimizer.curves.queueing`'s wait and capacity functions."""
+        if not self.prefill_batch_tokens:
+            return {}
+        return {"full_prompts": self.batch_prompts, "full_pass_s": self.batch_pass_ms / 1e3}
+
+    def lane_rps(self) -> float:
+        """Requests/s one replica's prefill lane completes when never idle: 1/S̄, or with
+        batching k_B/S_B (full passes)."""
+        if self.prefill_batch_tokens and self.batch_prompts > 1.0:
+            return self.batch_prompts / (self.batch_pass_ms / 1e3)
+        return 1.0 / self.service_mean_s
+
+
+def _lengths(w: Workload, m: Model):
+    return (
+        LengthDistribution(w.isl_mean_tokens, w.isl_p99_tokens, m.max_context),
+        LengthDistribution(w.osl_mean_tokens, w.osl_p99_tokens, m.max_context),
+    )
+
+
+def _base(w: Workload, a: Accelerator, r: Replica, role: str, tag: str, s: Serving) -> dict:
+    return dict(
+        id=f"{w.id}/{a.id}/x{r.gpus}/{tag}",
+        workload=w.id,
+        gpu=a.id,
+        gpus=r.gpus,
+        role=role,
+        nic_bytes_per_s=replica_nic_bytes_per_s(r.gpus, r.hw.nic_bytes_per_s, r.eff.nic_efficiency),
+        kv_budget_gb=kv_budget_bytes(r) / 1e9,
+        weights_gb_per_gpu=r.weight_bytes / r.gpus / 1e9,
+    )
+
+
+def prefill_config(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving,
+                   check_fit: bool = True, batch_tokens: int = 0) -> ServingConfig | None:
+    """A dedicated prefill replica: FIFO prompts, one at a time or (``batch_tokens`` B > 0)
+    packed into passes of up to B new tokens, cached prefixes resident (None, unless
+    ``check_fit`` is off, where the p99 prompt — or a full pass — and the prefixes do not fit;
+    None where a budget cannot hold two prompts of the mix on average).
+
+    Batched: k_B prompts in a full pass of S_B (`prefill_batch.full_pass_s`) feed the queue
+    (`optimizer.curves.queueing`); the p99 prefill is the pass the p99 prompt may ride in,
+    `prefill_batch.p99_pass_s`."""
+    isl, _ = _lengths(w, m)
+    in_pass = max(w.isl_p99_tokens, batch_tokens)
+    kv_need = (in_pass + s.resident_prefixes * w.shared_prefix_tokens) * r.kv_bytes_per_token * kv_replication(r.model, r.gpus)
+    if check_fit and kv_budget_bytes(r) < kv_need:
+        return None
+    cached_p99 = p99_cached_tokens(w.prompt_cache_hit_rate, w.shared_prefix_tokens, w.slo_attainment)
+    p99_s = float(prefill_time_s(r, w.isl_p99_tokens, cached_p99))
+    mean_s, scv = service_moments(lambda t, c: prefill_time_s(r, t, c), isl, w.prompt_cache_hit_rate, w.shared_prefix_tokens)
+    batch = {}
+    if batch_tokens > 0:
+        prompts, pass_s = full_pass_s(r, isl, w.prompt_cache_hit_rate, w.shared_prefix_tokens, batch_tokens)
+        if check_fit and prompts < MIN_BATCH_PROMPTS:
+            return None
+        p99_s = p99_pass_s(r, isl, w.prompt_cache_hit_rate, w.shared_prefix_tokens, batch_tokens, w.isl_p99_tokens,
+                           cached_p99)
+        batch = dict(prefill_batch_tokens=int(batch_tokens), batch_prompts=prompts, batch_pass_ms=pass_s * 1e3)
+    return ServingConfig(
+        **_base(w, a, r, "prefill", f"prefill-b{batch_tokens}" if batch_tokens else "prefill", s),
+        prefill_p99_ms=p99_s * 1e3, service_mean_s=mean_s, service_scv=scv, input_share=1.0, **batch,
+    )
+
+
+def decode_config(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving, speculative: bool,
+                  speed: float = 1.0) -> ServingConfig | None:
+    """A decode replica at the largest batch whose p99 step (with tail factor) meets
+    ``speed`` × the ITL objective — a faster operating point than needed trades GPUs for a
+    shorter first step (it is in every request's TTFT)."""
+    b_max = int(max_concurrency(r, w.isl_mean_tokens + w.osl_mean_tokens))
+    step_of, _ = _decode_step(w, r, s, speculative)
+    b, _ = decode_operating_point(step_of, b_max, speed * w.itl_p99_ms / 1e3, s.itl_tail_factor)
+    return decode_at(w, a, r, s, speculative, b, speed) if b else None
+
+
+def _decode_step(w: Workload, r: Replica, s: Serving, speculative: bool):
+    """(step time as a function of the batch, expected tokens per step) of a decode replica.
+
+    Plain: step(b); speculative: T_spec(b) = verify(k+1) + k·ρ_d·step, E tokens per step."""
+    context = w.isl_mean_tokens + w.osl_mean_tokens / 2.0
+    spec = s.speculative
+    if speculative:
+        def step_of(b):
+            return speculative_step_time_s(r, b, context, spec.draft_tokens, spec.draft_cost_ratio)
+        return step_of, float(expected_tokens_per_step(spec.acceptance_rate, spec.draft_tokens))
+
+    def plain(b):
+        return decode_step_time_s(r, b, context)
+    return plain, 1.0
+
+
+def decode_at(w: Workload, a: Accelerator, r: Replica, s: Serving, speculative: bool, batch: int,
+              speed: float = 1.0) -> ServingConfig:
+    """A decode replica at batch ``batch``: requests/s = ρ_max · b · E / (osl_mean · T)."""
+    b_max = int(max_concurrency(r, w.isl_mean_tokens + w.osl_mean_tokens))
+    step_of, per_step = _decode_step(w, r, s, speculative)
+    step = float(step_of(batch))
+    tag = ("decode+spec" if speculative else "decode") + ("" if speed == 1.0 else f"@{speed:g}")
+    return ServingConfig(
+        **_base(w, a, r, "decode", tag, s), speed=speed,
+        batch=batch, speculative=speculative, step_ms=step * 1e3, itl_p99_ms=s.itl_tail_factor * step * 1e3,
+        tokens_per_step=per_step,
+        decode_rps=s.decode_max_utilization * batch * per_step / (w.osl_mean_tokens * step),
+        decode_tokens_per_s=batch * per_step / step, max_concurrency=b_max,
+    )
+
+
+def colocated_config(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving, chunk: int) -> ServingConfig | None:
+    """A replica that prefills in chunks of C tokens inside its decode iterations, at the
+    largest batch whose p99 iteration meets the ITL objective."""
+    b, _ = decode_operating_point(_iteration(w, r, chunk), _colocated_ceiling(w, r, s), w.itl_p99_ms / 1e3,
+                                  s.itl_tail_factor)
+    return colocated_at(w, m, a, r, s, chunk, b) if b else None
+
+
+def _iteration(w: Workload, r: Replica, chunk: int):
+    context = w.isl_mean_tokens + w.osl_mean_tokens / 2.0
+
+    def step_of(b):
+        return mixed_step_time_s(r, b, context, chunk, w.isl_mean_tokens / 2.0)
+    return step_of
+
+
+def _colocated_ceiling(w: Workload, r: Replica, s: Serving) -> int:
+    """The batch the KV budget holds beside the resident shared prefixes."""
+    share = cache_kv_share(s.resident_prefixes, w.shared_prefix_tokens,
+                           r.kv_bytes_per_token * kv_replication(r.model, r.gpus), kv_budget_bytes(r))
+    return int(max_concurrency(r, w.isl_mean_tokens + w.osl_mean_tokens, share))
+
+
+def chunked_prefill_s(r: Replica, batch: float, context: float, tokens, cached, chunk: int) -> np.ndarray:
+    """Time a colocated replica's prefill lane spends on each prompt: its new tokens in
+    chunks of C, the j-th at context cached + j·C, the last one only what is left — each
+    iteration decoding ``batch`` sequences of mean ``context`` beside it:
+
+        Σ_j mixed_step(b, context, min(C, new − j·C), cached + j·C).
+
+    A full chunk's iteration depends only on where it starts, so the full chunks are summed
+    once per distinct cached prefix (running sums over j) and each prompt adds its last."""
+    s = np.atleast_1d(np.asarray(tokens, dtype=float))
+    c = np.broadcast_to(np.asarray(cached, dtype=float), s.shape)
+    new = np.maximum(s - c, 1.0)
+    full = np.floor(new / chunk).astype(int)
+    rest = new - full * chunk
+    starts, which = np.unique(np.where(full > 0, c, -1.0), return_inverse=True)
+    j = np.arange(max(int(full.max()), 1))
+    runs = np.asarray(mixed_step_time_s(r, batch, context, chunk, np.maximum(starts, 0.0)[:, None] + j * chunk))
+    summed = np.concatenate((np.zeros((len(starts), 1)), np.cumsum(runs, axis=1)), axis=1)
+    last = np.asarray(mixed_step_time_s(r, batch, context, np.maximum(rest, 1.0), c + full * chunk))
+    return summed[which, full] + np.where(rest > 0, last, 0.0)
+
+
+def colocated_at(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving, chunk: int, batch: int) -> ServingConfig:
+    """A colocated replica at batch ``batch``.
+
+    iteration(b) = decode step + a full C-token chunk at mid-prompt (`mixed_step_time_s`);
+    ITL p99 = tail · iteration; a prompt's lane time is its chunks' iterations
+    (`chunked_prefill_s`; the prefill lane's service time); decode requests/s =
+    ρ_max · b / (osl_mean · iteration).
+
+    Input share of the busy time (an estimate): a request's chunks cost its lane time less
+    as many decode steps, its tokens osl · step(b) / b; the share is the first over the sum.
+    """
+    isl, _ = _lengths(w, m)
+    context = w.isl_mean_tokens + w.osl_mean_tokens / 2.0
+    iteration = float(_iteration(w, r, chunk)(batch))
+
+    def service(tokens, cached):
+        return chunked_prefill_s(r, batch, context, tokens, cached, chunk)
+
+    cached_p99 = p99_cached_tokens(w.prompt_cache_hit_rate, w.shared_prefix_tokens, w.slo_attainment)
+    mean_s, scv = service_moments(service, isl, w.prompt_cache_hit_rate, w.shared_prefix_tokens)
+    decode_step = float(decode_step_time_s(r, batch, context))
+    chunks = service_moments(lambda t, c: np.ceil(np.maximum(np.asarray(t) - c, 1.0) / chunk), isl,
+                             w.prompt_cache_hit_rate, w.shared_prefix_tokens)[0]
+    prompt_s = max(mean_s - chunks * decode_step, 0.0)
+    tokens_s = w.osl_mean_tokens * decode_step / batch
+    return ServingConfig(
+        **_base(w, a, r, "colocated", f"colocated-c{chunk}", s),
+        input_share=prompt_s / (prompt_s + tokens_s),
+        batch=batch, chunk_tokens=chunk,
+        prefill_p99_ms=float(service(w.isl_p99_tokens, cached_p99)[0]) * 1e3,
+        service_mean_s=mean_s, service_scv=scv,
+        step_ms=iteration * 1e3, itl_p99_ms=s.itl_tail_factor * iteration * 1e3,
+        decode_rps=s.decode_max_utilization * batch / (w.osl_mean_tokens * iteration),
+        decode_tokens_per_s=batch / iteration, max_concurrency=_colocated_ceiling(w, r, s),
+    )
+
+
+def config_at(c, s: Scenario) -> ServingConfig | None:
+    """A plan's config ``c`` (a `ServingConfig` or a curves.csv row: workload, gpu, gpus,
+    role, batch, chunk_tokens, speculative, speed, prefill_batch_tokens) evaluated under scenario ``s`` with its
+    decisions held: what the same replicas do when an estimate behind them changes
+    (`optimizer.commands.stress`). The batch drops to what the KV budget still holds; None where the
+    weights no longer fit."""
+    get = (lambda k: getattr(c, k)) if isinstance(c, ServingConfig) else (lambda k: c[k])
+    w = s.workloads[get("workload")]
+    m, a = s.models[w.model], s.accelerators[get("gpu")]
+    r = make_replica(m, a, s.serving, int(get("gpus")), w.weight_dtype, w.kv_dtype)
+    if r is None or kv_budget_bytes(r) <= 0:
+        return None
+    role = get("role")
+    if role == Role.PREFILL:
+        return prefill_config(w, m, a, r, s.serving, check_fit=False, batch_tokens=int(get("prefill_batch_tokens")))
+    if role == Role.DECODE:
+        ceiling = int(max_concurrency(r, w.isl_mean_tokens + w.osl_mean_tokens))
+        batch = max(min(int(get("batch")), ceiling), 1)
+        return decode_at(w, a, r, s.serving, str(get("speculative")).lower() in ("true", "1", "1.0"), batch,
+                         float(get("speed")))
+    batch = max(min(int(get("batch")), _colocated_ceiling(w, r, s.serving)), 1)
+    return colocated_at(w, m, a, r, s.serving, int(get("chunk_tokens")), batch)
+
+
+def workload_configs(w: Workload, m: Model, a: Accelerator, s: Serving) -> list[ServingConfig]:
+    """Every admissible config of workload ``w`` on accelerator ``a``."""
+    out: list[ServingConfig] = []
+    for gpus in parallel_degrees(m, a, s):
+        r = make_replica(m, a, s, gpus, w.weight_dtype, w.kv_dtype)
+        if r is None or kv_budget_bytes(r) <= 0:
+            continue
+        if "disaggregated" in s.modes:
+            out += [prefill_config(w, m, a, r, s, batch_tokens=b) for b in [0, *s.prefill_batch_tokens]]
+            for speed in s.decode_speeds:
+                out.append(decode_config(w, m, a, r, s, speculative=False, speed=speed))
+                if s.speculative.enabled:
+                    out.append(decode_config(w, m, a, r, s, speculative=True, speed=speed))
+        if "colocated" in s.modes:
+            out.extend(colocated_config(w, m, a, r, s, c) for c in s.colocated_chunk_tokens)
+    return [c for c in out if c is not None]
+
+
+def decode_floor_ms(w: Workload, m: Model, a: Accelerator, s: Serving) -> float:
+    """Lowest p99 inter-token gap any replica of ``m`` on ``a`` can reach (batch 1): used to
+    say by how much an ITL objective is out of reach."""
+    best = math.inf
+    for gpus in parallel_degrees(m, a, s):
+        r = make_replica(m, a, s, gpus, w.weight_dtype, w.kv_dtype)
+        if r is None or kv_budget_bytes(r) <= 0:
+            continue
+        best = min(best, s.itl_tail_factor * float(decode_step_time_s(r, 1.0, w.isl_mean_tokens + w.osl_mean_tokens / 2)) * 1e3)
+    return best
