@@ -12,9 +12,11 @@ tiers, latency_tiers balances them, procurement supplies nodes, scaling prices o
 ramps, resilience ties site-loss states to the peak slice, capacity and power close the
 balances.
 
-One formulation, three uses: the plan (master or exact), and — with ``operating`` set
-(`registry.Operating`) on a one-state view of the instance — the re-operation of a plan's
-slices and the hours of its year. A constraint added here holds in all three.
+One formulation, several uses, each a mode (`modes.Mode`): the plan (plan-master,
+plan-exact, plan-chord), and on a one-state view of the instance a plan's commitment operated
+(operate-fixed: the re-operation of a plan's slices, the hours of its year, a slice re-planned
+exactly) or one state's share of the commitment priced (price-state, the Lagrangian bound). A
+constraint added here holds in all of them.
 
 `formulations` imports nothing of `optimizer`: it knows only the `Instance` contract, whose
 fields and constants (the horizon's hours, the unit conversions, the cost categories) carry
@@ -40,8 +42,13 @@ from formulations import (
     scaling,
 )
 from formulations.linear import LinearProgram
+from formulations.modes import Commitment, Mode, Replicas
 from formulations.pools import ROLES
-from formulations.registry import Build, Operating, Terms
+from formulations.registry import Build, Terms
+
+__all__ = ["MODULES", "Build", "Commitment", "LinearProgram", "Mode", "Reading", "Replicas", "Terms", "build_program",
+           "demand_rows", "flow_columns", "read_solution", "refresh", "route_columns", "structure",
+           "unserved_columns", "write_solution"]
 
 MODULES = (prefill, colocated, decode, routing, latency_tiers, procurement, scaling, resilience, capacity, power)
 
@@ -73,15 +80,13 @@ def refresh(lp: LinearProgram, inst) -> list:
     return changes
 
 
-def build_program(inst, exact: bool, gpus_per_rps: dict, max_replicas: dict,
-                  operating: Operating | None = None, chord: bool = False) -> tuple[LinearProgram, Terms]:
-    """The MIP for ``inst``. ``gpus_per_rps[(pool, state)]`` prices the master problem's pools
-    (ignored in exact mode); ``max_replicas`` bounds the pool-size choices of exact mode;
-    ``operating`` fixes a plan's commitment (`registry.Operating`)."""
+def build_program(inst, *, mode: Mode) -> tuple[LinearProgram, Terms]:
+    """The MIP for ``inst`` in ``mode`` (`modes.Mode`: plan-master, plan-exact, plan-chord,
+    operate-fixed, price-state)."""
     lp = LinearProgram()
-    lp.param("gpus_per_rps", gpus_per_rps)
+    lp.param("gpus_per_rps", mode.gpus_per_rps)
     terms = Terms(cost={category: [] for category in inst.cost_categories})
-    build = Build(lp, inst, terms, exact, max_replicas, operating, chord)
+    build = Build(lp, inst, terms, mode)
     for module in MODULES:
         module.add_to(build)
     for items in terms.cost.values():
@@ -92,7 +97,7 @@ def build_program(inst, exact: bool, gpus_per_rps: dict, max_replicas: dict,
 
 def demand_rows(lp: LinearProgram, keys: list[tuple[str, str]], state: int = 0) -> list[int]:
     """The demand balance rows of (metro, workload) ``keys`` in ``state`` of a program where every
-    metro is its own demand group (an operating program, `routing`)."""
+    metro is its own demand group (an operate-fixed program with a tie-break, `routing`)."""
     return [lp.rows["demand_balance"][((m,), k, state)] for m, k in keys]
 
 
@@ -120,7 +125,7 @@ class Reading:
     unserved: dict  # (metro, workload, state) → requests/s
     committed: dict  # (site, gpu, term) → nodes
     ondemand: dict  # (site, gpu, state) → nodes
-    replicas: dict  # (pool, state) → whole replicas (exact mode; empty in the master)
+    replicas: dict  # (pool, state) → whole replicas (whole-replica modes; empty in the master)
 
 
 def read_solution(lp: LinearProgram, x: np.ndarray) -> Reading:

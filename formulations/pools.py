@@ -1,13 +1,16 @@
 """Shared machinery of the replica pools (prefill, colocated, decode): the flow column of
 each (pool, state) and how its replicas are counted.
 
-Master mode:  GPUs(p, t) = gpus_per_rps[p,t] · y[p,t], a parameter the solve loop sets to
+Priced replicas (plan-master, operate-fixed):
+              GPUs(p, t) = gpus_per_rps[p,t] · y[p,t], a parameter the solve loop sets to
               gpus · peak-to-mean_k / κ[p,t] (κ: requests/s per replica it prices the pool at;
               peak-to-mean_k the intra-hour peak factor of the pool's workload).
-Chord mode:   replicas n[p,t] ∈ ℤ≥0 with peak-to-mean · y ≤ n · f(N)/N, N the largest size the
-              pool could need: a relaxation of exact mode (f is convex with f(0) = 0, so it lies
+Chord capacity (plan-chord, price-state):
+              replicas n[p,t] ∈ ℤ≥0 with peak-to-mean · y ≤ n · f(N)/N, N the largest size the
+              pool could need: a relaxation of the pool-size choice (f is convex with f(0) = 0, so it lies
               below its chord) that sees whole replicas but not pool sizes, for bounds.
-Exact mode:   replicas n[p,t] ∈ ℤ≥0 and, where the pool queues (prefill, colocated), a
+Pool-size choice (plan-exact, operate-fixed on whole replicas):
+              replicas n[p,t] ∈ ℤ≥0 and, where the pool queues (prefill, colocated), a
               choice δ[p,t,j] ∈ {0,1} of the pool size j ≤ L (L the capacity table's length)
               and e[p,t] ∈ ℤ≥0 replicas beyond it (only after δ_L: e ≤ (N − L)·δ_L), with
               n = Σ_j j·δ_j + e,   Σ_j δ_j ≤ 1,   peak-to-mean · y ≤ Σ_j f(j)·δ_j + e·f(L)/L
@@ -42,17 +45,17 @@ def pool_states(inst, role: str, open_pools=None) -> list[tuple[int, int]]:
 
 def add_pool_flows(build, role: str) -> dict:
     """Flow columns y[p,t] ≥ 0 (requests/s into the pool) and their GPU load; returns the
-    column of each (pool, state). Operating a commitment, a flow also pays the tie-break per
-    GPU it occupies (`registry.Operating`)."""
-    lp, inst, terms, operating = build.lp, build.inst, build.terms, build.operating
-    index = pool_states(inst, role, operating.open_pools if operating is not None else None)
+    column of each (pool, state). Where the mode tie-breaks (operate-fixed), a flow also pays
+    the tie-break per GPU it occupies (`modes.Mode`)."""
+    lp, inst, terms, mode = build.lp, build.inst, build.terms, build.mode
+    index = pool_states(inst, role, mode.open_pools)
     flow = lp.add_cols(f"{role}_flow", index)
-    if not build.exact:
+    if not mode.integer_replicas:
         for key, col in flow.items():
             p = inst.pools[key[0]]
             terms.gpu_load[(p.site, p.gpu, key[1])].append((col, Param("gpus_per_rps", key)))
-            if operating is not None and operating.tie_break_usd_per_gpu_hour > 0:
-                terms.add_cost("tie_break", col, Param("gpus_per_rps", key, operating.tie_break_usd_per_gpu_hour))
+            if mode.tie_breaks:
+                terms.add_cost("tie_break", col, Param("gpus_per_rps", key, mode.tie_break_usd_per_gpu_hour))
         return flow
     replicas = lp.add_cols(f"{role}_replicas", index, integer=True)
     for key, col in flow.items():
@@ -60,14 +63,14 @@ def add_pool_flows(build, role: str) -> dict:
         ptm = p.peak_to_mean
         n = replicas[key]
         terms.gpu_load[(p.site, p.gpu, key[1])].append((n, float(p.gpus)))
-        if p.table is not None and build.chord:
+        if p.table is not None and mode.chord_capacity:
             # a relaxation: f(n) ≤ n · f(N)/N for n ≤ N (f convex, f(0) = 0) — whole replicas, the
             # per-replica capacity of the largest pool the state could need
-            top = build.max_replicas[key]
+            top = mode.max_replicas[key]
             lp.col_upper[n] = float(top)
             lp.add_row(f"{role}_slo", key, [(col, ptm), (n, -per_replica(p.table, top))], upper=0.0)
         elif p.table is not None:
-            top = build.max_replicas[key]
+            top = mode.max_replicas[key]
             sizes = range(1, min(top, len(p.table)) + 1)
             choose = lp.add_cols(f"{role}_size", [(*key, j) for j in sizes], upper=1.0, integer=True)
             size_sum = [(n, 1.0)] + [(choose[(*key, j)], -float(j)) for j in sizes]

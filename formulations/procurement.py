@@ -5,7 +5,7 @@ are paid for and whether energy is in the price.
 Sets      (s, g) offered site–accelerator pairs; terms T(s,g) the committed contracts priced
 Columns   c[s,g,term] ≥ 0   committed nodes (every hour of the year)
           o[s,g,t] ≥ 0      on-demand nodes in state t (paid for the slice's hours)
-          Integer in exact mode. The master problem keeps them continuous: its plan is made
+          Integer where the mode counts whole replicas. The master problem keeps them continuous: its plan is made
           whole afterwards (`optimizer.solve.fleet.commit`), where node integrality decomposes
           by (site, accelerator) and is solved exactly.
 Supply    Σ_term c[s,g,term] ≤ reserved cap;   o[s,g,t] ≤ on-demand cap
@@ -15,10 +15,11 @@ Nodes     usable[s,g,t]  = Σ c + (1 − φ) · o    (φ: warm-pool share of on-
 Cost      committed: c · $/node-h · 8760 in the term's category (`optimizer.base.contracts`); a term
           whose price leaves energy out (owned) also pays c · node kW · PUE · $/MWh · 8760 as
           energy (at full power — conservative); on-demand: Σ_t h_t · o[s,g,t] · $/node-h.
-Operating a commitment (`registry.Operating`), c is fixed at the plan's nodes — on the
-(site, accelerator)'s first priced term — and costs nothing more; or, priced for one state
-(a Lagrangian multiplier μ[s,g] per node), c is free up to its cap at μ, and an on-demand
-node may carry an extra price (the multipliers of the ramps relaxed around the state).
+Modes (`modes.Mode`): with the commitment fixed (operate-fixed), c is fixed at the plan's
+nodes — on the (site, accelerator)'s first priced term — and costs nothing more; with the
+commitment priced for one state (price-state: a Lagrangian multiplier μ[s,g] per node), c is
+free up to its cap at μ, and an on-demand node may carry an extra price (the multipliers of
+the ramps relaxed around the state).
 """
 
 from __future__ import annotations
@@ -35,26 +36,26 @@ def add_to(build) -> None:
     lp.param("ondemand_usd_per_node_hour", {key: inst.contracts[key].ondemand for key in inst.site_gpus})
     lp.param("committed_max", {key: float(inst.committed_max[key]) for key in inst.site_gpus})
     lp.param("ondemand_max", {key: float(inst.ondemand_max[key]) for key in inst.site_gpus})
-    operating = build.operating
-    if operating is None or operating.committed is None:
-        committed = lp.add_cols("committed", committed_index, integer=build.exact)
+    mode = build.mode
+    if mode.commitment_fixed:
+        committed = lp.add_cols("committed", committed_index, lower=_fixed(inst, mode), upper=_fixed(inst, mode))
     else:
-        committed = lp.add_cols("committed", committed_index, lower=_fixed(inst, operating), upper=_fixed(inst, operating))
-    if operating is not None and operating.committed_usd is not None:
-        lp.param("state_committed_usd", {key: float(operating.committed_usd.get(key, 0.0)) for key in inst.site_gpus})
-    if operating is not None and operating.ondemand_extra_usd is not None:
-        lp.param("state_ondemand_extra_usd", {key: float(operating.ondemand_extra_usd.get(key, 0.0))
+        committed = lp.add_cols("committed", committed_index, integer=mode.integer_replicas)
+    if mode.commitment_priced:
+        lp.param("state_committed_usd", {key: float(mode.committed_usd.get(key, 0.0)) for key in inst.site_gpus})
+    if mode.ondemand_surcharged:
+        lp.param("state_ondemand_extra_usd", {key: float(mode.ondemand_extra_usd.get(key, 0.0))
                                               for key in inst.site_gpus})
     ondemand_index = [(s, g, st.id) for st in inst.states for s, g in inst.site_gpus
                       if s != st.lost_site and inst.ondemand_max[(s, g)] > 0]
     ondemand = lp.add_cols("ondemand", ondemand_index, upper=lambda key: Param("ondemand_max", key[:2]),
-                           integer=build.exact)
+                           integer=mode.integer_replicas)
     terms_of: dict = {}
     for (s, g, term), col in committed.items():
         terms_of.setdefault((s, g), []).append(col)
-        if operating is not None:
-            if operating.committed_usd is not None:
-                terms.add_cost("reserved", col, Param("state_committed_usd", (s, g)))
+        if mode.commitment_priced:
+            terms.add_cost("reserved", col, Param("state_committed_usd", (s, g)))
+        if not mode.commitment_planned:
             continue
         contract = inst.contracts[(s, g)].committed[term]
         terms.add_cost(contract.category, col, Param("committed_usd_per_node_hour", (s, g, term), inst.horizon_hours))
@@ -79,16 +80,17 @@ def add_to(build) -> None:
         hours = inst.states[sid].weight_hours
         if hours > 0:
             terms.add_cost("ondemand", col, Param("ondemand_usd_per_node_hour", (s, g), hours))
-        if operating is not None and operating.ondemand_extra_usd is not None:
+        if mode.ondemand_surcharged:
             terms.add_cost("ramp", col, Param("state_ondemand_extra_usd", (s, g)))
 
 
-def _fixed(inst, operating):
-    """Bound of a committed column when operating: the plan's nodes on the first priced term."""
+def _fixed(inst, mode):
+    """Bound of a committed column with the commitment fixed: the plan's nodes on the first
+    priced term."""
     def bound(key):
         s, g, term = key
         first = sorted(inst.contracts[(s, g)].committed)[0]
-        return float(operating.committed.get((s, g), 0)) if term == first else 0.0
+        return float(mode.committed.get((s, g), 0)) if term == first else 0.0
     return bound
 
 

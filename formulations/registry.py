@@ -8,6 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from formulations.linear import LinearProgram
+from formulations.modes import Mode
 
 
 def _terms() -> dict:
@@ -55,43 +56,12 @@ class Terms:
         return getattr(self, name)
 
 
-@dataclass(frozen=True)
-class Operating:
-    """The formulation on one state with the commitment decided elsewhere:
-
-    * ``committed`` given: the plan's committed nodes are fixed (bounds) and cost nothing
-      more — a plan's commitment operated (re-operation of its slices, the hours of its year,
-      a slice re-planned exactly);
-    * ``committed_usd`` given instead: committed nodes are free up to their cap at that price
-      per node for this state — a slice's share of the commitment, a Lagrangian multiplier
-      (`optimizer.solve.lagrange`);
-    * ``open_pools``: only these pools exist (None: all);
-    * every flow pays a tie-break of ``tie_break_usd_per_gpu_hour`` per GPU it occupies (master
-      pricing), and every route the same per ms of round trip, so that among equally cheap
-      choices free committed GPUs go where they occupy the fewest and requests stay near."""
-
-    committed: dict | None = None  # (site, gpu) → committed nodes
-    open_pools: frozenset | None = None  # pool ids
-    tie_break_usd_per_gpu_hour: float = 0.0
-    committed_usd: dict | None = None  # (site, gpu) → $ per committed node in this state
-    ondemand_extra_usd: dict | None = None  # (site, gpu) → $ added per on-demand node (relaxed ramps' multipliers)
-
-
 @dataclass
 class Build:
-    """What every module receives: the linear program, the instance, the registry, the mode.
-
-    exact=False is the master problem: replicas are continuous, a pool's GPUs are its flow
-    times the parameter ``gpus_per_rps[(pool, state)]`` (the solve loop re-prices it between
-    solves). exact=True makes replicas integer with the SLO capacity f(n) exact on the
-    integers (small instances and checks only). ``operating`` (master pricing) fixes a
-    commitment (`Operating`).
-    """
+    """What every module receives: the linear program, the instance, the registry, and the
+    mode (`modes.Mode`: how replicas are counted, how the commitment is treated)."""
 
     lp: LinearProgram
     inst: object
     terms: Terms
-    exact: bool
-    max_replicas: dict  # (pool id, state id) → largest pool size worth considering
-    operating: Operating | None = None
-    chord: bool = False  # exact mode with the chord f(N)/N instead of the pool-size choice (`pools`)
+    mode: Mode

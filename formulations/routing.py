@@ -43,7 +43,7 @@ def demand_groups(inst, state, each_metro: bool = False) -> dict[tuple[str, str]
 def add_to(build) -> None:
     build.terms.writes("tier_inflow")
     lp, inst, terms = build.lp, build.inst, build.terms
-    tie_break = build.operating is not None and build.operating.tie_break_usd_per_gpu_hour > 0
+    tie_break = build.mode.tie_breaks
     arc_index, demand_index, split = [], set(), {}
     rtt = {}
     for st in inst.states:
@@ -76,7 +76,7 @@ def add_to(build) -> None:
         if hours > 0:
             terms.add_cost("egress", col, Param("egress_usd_per_request", (k,), inst.seconds_per_hour * hours))
         if tie_break:
-            terms.add_cost("tie_break", col, build.operating.tie_break_usd_per_gpu_hour * rtt[(who, site)] / inst.ms_per_s)
+            terms.add_cost("tie_break", col, build.mode.tie_break_usd_per_gpu_hour * rtt[(who, site)] / inst.ms_per_s)
     for key, col in unserved.items():
         who, k, sid = key
         demand = Param("demand_rps", key)

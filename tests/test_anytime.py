@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_mip_exact import tiny_instance
 
-from formulations import read_solution, write_solution
+from formulations import Mode, read_solution, write_solution
 from optimizer.commands import pipeline
 from optimizer.commands.pipeline import settings_from
 from optimizer.scenario import load_scenario
@@ -34,7 +34,7 @@ def _master(inst) -> Context:
     """A context after the bound step: the master LP's bound, duals and program."""
     largest, guess = pool_sizes(inst)
     cache = ModelCache()
-    cache.prepare(inst, False, at_sizes(inst, guess), largest, "highs")
+    cache.prepare(inst, Mode.plan_master(gpus_per_rps=at_sizes(inst, guess)), "highs")
     s = SolverSettings(exact=False)
     ctx = Context(inst, cache, s, time.perf_counter() + 60, lambda msg: None, largest, guess)
     bound(ctx, None)
@@ -117,7 +117,7 @@ def test_a_plan_written_as_a_solution_vector_reads_back_the_same(tiny):
     plan = solve(tiny, SolverSettings(exact=False, steps=FIRST_PLAN_STEPS)).solution
     largest, _ = pool_sizes(tiny)
     cache = ModelCache()
-    cache.prepare(tiny, True, {}, largest, "highs")
+    cache.prepare(tiny, Mode.plan_exact(max_replicas=largest), "highs")
     cols, values = write_solution(cache.lp, plan)
     x = np.zeros(cache.lp.n_cols)
     x[cols] = values

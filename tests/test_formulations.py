@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 import formulations
-from formulations import MODULES, Operating, build_program, read_solution, refresh, structure, write_solution
+from formulations import MODULES, Mode, build_program, read_solution, refresh, structure, write_solution
 from optimizer.base.units import HOURS_PER_YEAR, SECONDS_PER_HOUR
 from optimizer.instance.build import Arc, CommittedPrice, Contract, Instance, Pool, State
 from optimizer.serving.configs import ServingConfig
@@ -71,11 +71,18 @@ def tiny(n_minus_1: bool = False, cold_start_hours: float = 1 / 6, **changes) ->
     return dataclasses.replace(inst, **changes)
 
 
-def program(inst: Instance, exact: bool = False, operating: Operating | None = None):
+def program(inst: Instance, exact: bool = False, **fixed):
+    """plan-master (plan-exact where ``exact``; operate-fixed with the ``fixed`` arguments)."""
     keys = [(p.id, st.id) for st in inst.states for p in inst.pools_in(st)]
     prices = {key: 0.5 + key[0] for key in keys}  # GPUs per request/s, distinct per pool
     largest = {key: len(TABLE) for key in keys}
-    return build_program(inst, exact, prices, largest, operating)
+    if fixed:
+        mode = Mode.operate_fixed(gpus_per_rps=prices, **fixed)
+    elif exact:
+        mode = Mode.plan_exact(max_replicas=largest)
+    else:
+        mode = Mode.plan_master(gpus_per_rps=prices)
+    return build_program(inst, mode=mode)
 
 
 def row(lp, block: str, key) -> tuple[dict, float, float]:
@@ -190,7 +197,7 @@ def test_procurement_caps_and_prices_nodes():
 
 
 def test_procurement_operating_fixes_the_commitment_at_no_cost():
-    lp, _ = program(tiny(), operating=Operating({("s1", "g"): 7}, frozenset({0, 1, 2}), 1e-4))
+    lp, _ = program(tiny(), committed={("s1", "g"): 7}, open_pools=frozenset({0, 1, 2}), tie_break_usd_per_gpu_hour=1e-4)
     c = lp.cols["committed"][("s1", "g", "reserved-1y")]
     assert lp.col_lower[c] == lp.col_upper[c] == 7 and cost(lp, c) == 0.0
     assert set(lp.cols["prefill_flow"]) == {(0, 0), (0, 1)}  # only the open pools
@@ -321,7 +328,7 @@ def test_a_constraint_added_to_the_formulation_reaches_plan_reoperation_and_year
     from optimizer.instance.build import build_instance
     from optimizer.scenario import load_scenario
     from optimizer.solve import SolverSettings, solve
-    from optimizer.solve.fixed_commitment import OperatingProgram, largest_sizes
+    from optimizer.solve.fixed_commitment import FixedCommitmentProgram, largest_sizes
     from optimizer.solve.fleet import committed_nodes
 
     # at three times the hour's mean the afternoon peak rents a node on demand beside the reserved one
@@ -333,7 +340,7 @@ def test_a_constraint_added_to_the_formulation_reaches_plan_reoperation_and_year
     monkeypatch.setattr(formulations, "MODULES", (*formulations.MODULES, _NoOndemandAt(site)))
     after = solve(inst, SolverSettings(exact=True, time_limit_s=60))
     assert all(key[0] != site for key in after.solution.ondemand)  # the plan
-    program = OperatingProgram(inst, committed_nodes(after.solution), largest_sizes(after.solution))
+    program = FixedCommitmentProgram(inst, committed_nodes(after.solution), largest_sizes(after.solution))
     x, optimal = program.solve(np.array([inst.demand.get((m, k, inst.peak_slice), 0.0) for m, k in program.keys]))
     assert optimal and all(key[0] != site for key in program.read(x).ondemand)  # the re-operation's program
     assert "no_ondemand" in program.lp.rows

@@ -58,7 +58,7 @@ def test_a_one_hour_plan_verifies_and_operates(tmp_path, capsys):
 
 def test_a_one_hour_cycle_has_no_ramp_rows(tmp_path):
     """A day of one planned hour repeats that hour: nothing rises, so no ramp columns."""
-    from formulations import build_program
+    from formulations import Mode, build_program
     from optimizer.geography.network import build_graph, rtt_matrix
     from optimizer.instance.build import build_instance
     from optimizer.scenario import load_scenario
@@ -67,7 +67,7 @@ def test_a_one_hour_cycle_has_no_ramp_rows(tmp_path):
     def program(name):
         s, raw = load_scenario(_scenario(tmp_path, HORIZONS[name]))
         inst = build_instance(s, rtt_matrix(build_graph(s, raw.path.parent), s))
-        return build_program(inst, True, {}, pool_sizes(inst)[0])[0]
+        return build_program(inst, mode=Mode.plan_exact(max_replicas=pool_sizes(inst)[0]))[0]
 
     assert "ramp_up" not in program("one hour").rows
     assert len(program("one day").rows["ramp_up"]) > 0

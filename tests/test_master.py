@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from formulations import build_program, routing
+from formulations import Mode, build_program, routing
 from optimizer.geography.network import build_graph, rtt_matrix
 from optimizer.instance.build import build_instance
 from optimizer.scenario import DATA_DIR, load_scenario
@@ -17,7 +17,7 @@ from optimizer.solve.pricing import at_sizes, pool_sizes
 
 def _optimum(inst) -> tuple[float, int]:
     largest, _ = pool_sizes(inst)
-    lp, _ = build_program(inst, False, at_sizes(inst, largest), largest)
+    lp, _ = build_program(inst, mode=Mode.plan_master(gpus_per_rps=at_sizes(inst, largest)))
     highs = HighsDirect(lp).highs
     highs.run()
     return highs.getInfo().objective_function_value, lp.n_cols

@@ -54,7 +54,7 @@ from optimizer.folder.read import read_plan, scenario_of
 from optimizer.geography.network import build_graph, rtt_matrix
 from optimizer.instance.build import Instance, build_instance
 from optimizer.scenario import Scenario
-from optimizer.solve.fixed_commitment import OperatingProgram
+from optimizer.solve.fixed_commitment import FixedCommitmentProgram
 from optimizer.solve.fleet import (
     NO_LOAD_RPS,
     Hours,
@@ -294,7 +294,7 @@ def _reroute(inst: Instance, commitment: Commitment, shares: PlanShares, lam: np
     sizes: dict = {}
     for (pid, _), y in commitment.flows.items():
         sizes[pid] = max(sizes.get(pid, 0), replicas_for(inst.pools[pid], y))
-    program = OperatingProgram(inst, commitment.nodes, sizes)
+    program = FixedCommitmentProgram(inst, commitment.nodes, sizes)
     assert program.keys == shares.keys  # both every (metro, workload) with demand, sorted
     one = Hours.sequence(1)
     changed = []

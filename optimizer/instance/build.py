@@ -526,13 +526,13 @@ def _contract(s: Scenario, site: str, g: str) -> Contract:
     return Contract(price.ondemand_usd_per_gpu_hour * per_node, committed)
 
 
-def operating_view(inst: Instance, open_pools) -> Instance:
+def open_pools_view(inst: Instance, open_pools) -> Instance:
     """The instance as one hour of operation on a fixed plan: a single nominal state (the
     peak slice's, weighing one hour), every (metro, workload) that has demand in any slice
     (at its largest rate, so that each gets its demand row; the hour's own rates are set per
     solve), and only the arcs into tiers where one of ``open_pools`` takes requests. The
-    formulation of the plan, built on this view with `formulations.Operating`, is the
-    program that operates a commitment."""
+    formulation of the plan, built on this view in operate-fixed mode
+    (`formulations.Mode.operate_fixed`), is the program that operates a commitment."""
     demand: dict = {}
     for (m, k, _), lam in inst.demand.items():
         demand[(m, k, inst.peak_slice)] = max(demand.get((m, k, inst.peak_slice), 0.0), lam)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+from formulations import Mode
 from optimizer.base.errors import InfeasibleError
 from optimizer.instance.build import Instance
 from optimizer.solve.anytime import gap_split, refine
@@ -48,7 +49,9 @@ def solve(inst: Instance, settings: SolverSettings, progress=None, cache: ModelC
     if settings.exact is None:
         settings = replace(settings, exact=size_choices(inst, largest) <= AUTO_EXACT_BINARIES)
     cache = cache or ModelCache()
-    build_s, handoff_s = cache.prepare(inst, settings.exact, at_sizes(inst, guess), largest, settings.backend)
+    mode = (Mode.plan_exact(max_replicas=largest) if settings.exact
+            else Mode.plan_master(gpus_per_rps=at_sizes(inst, guess)))
+    build_s, handoff_s = cache.prepare(inst, mode, settings.backend)
     size = cache.size
     say(f"model: {size['variables']:,} variables ({size['integers']:,} integer), {size['rows']:,} rows, "
         f"{size['nonzeros']:,} nonzeros; " + (f"build {build_s:.1f} s, hand-off {handoff_s:.1f} s ({settings.backend})"

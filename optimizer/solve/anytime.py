@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 
+from formulations import Mode
 from optimizer.solve import lagrange
 from optimizer.solve.cache import ModelCache
 from optimizer.solve.exact import run_exact
@@ -65,7 +66,7 @@ def exact_from(ctx: Context, best: Candidate, nodes: int) -> Candidate:
     before). The start is kept unless HiGHS returns a better whole plan."""
     t = time.perf_counter()
     cache = ModelCache()
-    cache.prepare(ctx.inst, True, {}, ctx.largest, "highs")
+    cache.prepare(ctx.inst, Mode.plan_exact(max_replicas=ctx.largest), "highs")
     cache.start_from(best.solution)
     ctx.say(f"exact model: {cache.size['integers']:,} integer variables, started from the plan "
             f"({time.perf_counter() - t:.1f} s to build)")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from formulations import Reading, build_program, read_solution, refresh, structure, write_solution
+from formulations import Mode, Reading, build_program, read_solution, refresh, structure, write_solution
 from formulations.linear import INF
 from optimizer.base.errors import NumericalTroubleError, ScenarioError, TimeLimitNoPlanError
 from optimizer.base.units import Role
@@ -29,21 +29,22 @@ class ModelCache:
         self.start_basis = start_basis
         self.last_basis = None
 
-    def prepare(self, inst, exact: bool, coefficients: dict, largest: dict, backend: str) -> tuple[float, float]:
-        """Ready a program for ``inst``; returns (build s, hand-off s) — zero build on reuse."""
+    def prepare(self, inst, mode: Mode, backend: str) -> tuple[float, float]:
+        """Ready a program for ``inst`` in ``mode`` (plan-master or plan-exact); returns (build s,
+        hand-off s) — zero build on reuse (plan-master only)."""
         if backend not in BACKENDS:
             raise ScenarioError(f"unknown solver backend '{backend}' (expected {', '.join(BACKENDS)})", field="--backend")
         start = time.perf_counter()
-        signature = None if exact else (backend, structure(inst))
+        signature = None if mode.integer_replicas else (backend, structure(inst))
         with gc_paused():
             if signature is not None and signature == self.signature:
-                self.backend.apply(refresh(self.lp, inst) + [self.lp.set_params("gpus_per_rps", coefficients)]
+                self.backend.apply(refresh(self.lp, inst) + [self.lp.set_params("gpus_per_rps", mode.gpus_per_rps)]
                                    + [self.lp.set_upper({col: INF for col in self.closed})])
                 self.closed = []
                 self.backend.forget_basis()
                 self.reuses += 1
                 return 0.0, time.perf_counter() - start
-            self.lp, _ = build_program(inst, exact, coefficients, largest)
+            self.lp, _ = build_program(inst, mode=mode)
             self.closed = []
             build_s = time.perf_counter() - start
             t = time.perf_counter()

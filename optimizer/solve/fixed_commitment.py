@@ -1,5 +1,5 @@
 """A plan's commitment operated: the plan's own formulation on a one-hour view of the
-instance (`instance.operating_view`) with the commitment fixed (`formulations.Operating`).
+instance (`instance.open_pools_view`) with the commitment fixed (`formulations.Mode.operate_fixed`).
 Two uses: the plan's own slices operated again on its commitment (`reoperate_slices`, a step of
 the solve), and the hours of the operated year its routing cannot host (`optimizer.commands.operate`).
 
@@ -16,7 +16,7 @@ import highspy
 import numpy as np
 
 from formulations import (
-    Operating,
+    Mode,
     Reading,
     build_program,
     demand_rows,
@@ -26,7 +26,7 @@ from formulations import (
     unserved_columns,
 )
 from optimizer.base.units import SECONDS_PER_HOUR
-from optimizer.instance.build import Instance, kappa, operating_view
+from optimizer.instance.build import Instance, kappa, open_pools_view
 from optimizer.solve.backends import HighsDirect
 from optimizer.solve.fleet import Solution, committed_nodes
 from optimizer.solve.repair import repair
@@ -42,16 +42,18 @@ def largest_sizes(sol: Solution) -> dict[int, int]:
     return sizes
 
 
-class OperatingProgram:
+class FixedCommitmentProgram:
     """One hour of operation on ``nodes`` (committed per (site, accelerator)) with the pools of
     ``sizes`` (pool id → largest planned size; each priced at κ of that size)."""
 
     def __init__(self, inst: Instance, nodes: dict[tuple[str, str], int], sizes: dict[int, int]):
         open_pools = frozenset(pid for pid, n in sizes.items() if n > 0)
-        view = operating_view(inst, open_pools)
+        view = open_pools_view(inst, open_pools)
         prices = {(pid, 0): inst.pools[pid].gpus * inst.pools[pid].peak_to_mean / kappa(inst.pools[pid], sizes[pid])
                   for pid in open_pools}
-        self.lp, _ = build_program(view, False, prices, {}, Operating(dict(nodes), open_pools, TIE_BREAK_USD_PER_GPU_HOUR))
+        mode = Mode.operate_fixed(committed=nodes, gpus_per_rps=prices, open_pools=open_pools,
+                                  tie_break_usd_per_gpu_hour=TIE_BREAK_USD_PER_GPU_HOUR)
+        self.lp, _ = build_program(view, mode=mode)
         self.keys = sorted((m, k) for m, k, _ in view.demand)
         self.backend = HighsDirect(self.lp)
         self.highs = self.backend.highs
@@ -89,7 +91,7 @@ def reoperate_slices(inst: Instance, sol: Solution) -> Solution | None:
     cannot stand for every state (site-loss states, more than one regime) or a slice fails."""
     if any(st.lost_site is not None or st.regime != inst.states[0].regime for st in inst.states):
         return None
-    program = OperatingProgram(inst, committed_nodes(sol), largest_sizes(sol))
+    program = FixedCommitmentProgram(inst, committed_nodes(sol), largest_sizes(sol))
     flows, routes, unserved = {}, {}, {}
     for st in inst.states:
         x, optimal = program.solve(np.array([inst.demand.get((m, k, st.slice), 0.0) for m, k in program.keys]))

@@ -43,7 +43,7 @@ def run_slice(task) -> SliceResult:
     if kept is None or kept[0] != commitment:  # a fixed program is rebuilt for a new commitment
         if kind == "bound":
             program = SliceProgram(inst, sid, committed_usd=args["committed_usd"],
-                                   ondemand_extra_usd=args["ondemand_extra_usd"], chord=True)
+                                   ondemand_extra_usd=args["ondemand_extra_usd"])
         else:
             program = SliceProgram(inst, sid, committed=args["committed"])
         programs[(kind, sid)] = kept = (commitment, program)

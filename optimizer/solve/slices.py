@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formulations import Operating, Reading, build_program, read_solution, write_solution
+from formulations import Mode, Reading, Replicas, build_program, read_solution, write_solution
 from optimizer.instance.build import Instance, slice_view
 from optimizer.solve.backends import HighsDirect
 from optimizer.solve.fleet import Solution
@@ -42,13 +42,22 @@ class SliceResult:
 
 
 class SliceProgram:
-    def __init__(self, inst: Instance, state_id: int, committed: dict | None = None,
-                 committed_usd: dict | None = None, ondemand_extra_usd: dict | None = None, chord: bool = False):
+    """The slice ``state_id`` of ``inst`` on a commitment either fixed (``committed``: (site,
+    gpu) → nodes; operate-fixed on whole replicas) or priced (``committed_usd``, optionally
+    ``ondemand_extra_usd``; price-state with ``replicas``, chord capacity by default)."""
+
+    def __init__(self, inst: Instance, state_id: int, *, committed: dict | None = None,
+                 committed_usd: dict | None = None, ondemand_extra_usd: dict | None = None,
+                 replicas: Replicas = Replicas.CHORD):
         self.state = inst.states[state_id]
         view = slice_view(inst, self.state)
         largest, _ = pool_sizes(view)
-        operating = Operating(committed=committed, committed_usd=committed_usd, ondemand_extra_usd=ondemand_extra_usd)
-        self.lp, _ = build_program(view, True, {}, largest, operating, chord)
+        if committed is not None:
+            mode = Mode.operate_fixed(committed=committed, max_replicas=largest)
+        else:
+            mode = Mode.price_state(committed_usd=committed_usd, max_replicas=largest,
+                                    ondemand_extra_usd=ondemand_extra_usd, replicas=replicas)
+        self.lp, _ = build_program(view, mode=mode)
         self.backend = HighsDirect(self.lp)
 
     def price(self, committed_usd: dict, ondemand_extra_usd: dict) -> None:
