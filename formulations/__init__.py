@@ -46,9 +46,9 @@ from formulations.modes import Commitment, Mode, Replicas
 from formulations.pools import ROLES
 from formulations.registry import Build, Terms
 
-__all__ = ["MODULES", "Build", "Commitment", "LinearProgram", "Mode", "Reading", "Replicas", "Terms", "build_program",
-           "demand_rows", "flow_columns", "read_solution", "refresh", "route_columns", "structure",
-           "unserved_columns", "write_solution"]
+__all__ = ["MODULES", "Build", "Commitment", "LinearProgram", "Mode", "Reading", "Replicas", "Terms",
+           "build_program", "capacity_rows", "demand_rows", "flow_columns", "power_rows", "ramp_rows",
+           "read_solution", "refresh", "route_columns", "structure", "unserved_columns", "write_solution"]
 
 MODULES = (prefill, colocated, decode, routing, latency_tiers, procurement, scaling, resilience, capacity, power)
 
@@ -114,6 +114,22 @@ def route_columns(lp: LinearProgram) -> dict:
 def flow_columns(lp: LinearProgram) -> list[tuple[int, int]]:
     """(pool, column) of every pool's flow, prefill, colocated and decode alike."""
     return [(key[0], col) for role in ROLES for key, col in lp.cols.get(f"{role}_flow", {}).items()]
+
+
+def capacity_rows(lp: LinearProgram) -> dict:
+    """(site, gpu, state) → the row of GPUs occupied against GPUs usable (`capacity`)."""
+    return lp.rows.get("gpu_capacity", {})
+
+
+def power_rows(lp: LinearProgram) -> dict:
+    """(site, state) → the row of kW drawn against the site's room (`power`)."""
+    return lp.rows.get("power", {})
+
+
+def ramp_rows(lp: LinearProgram) -> dict:
+    """(site, gpu, state) → the row of on-demand nodes started into the state (`scaling`);
+    empty where no day has a rise."""
+    return lp.rows.get("ramp_up", {})
 
 
 @dataclass

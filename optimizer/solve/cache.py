@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import time
 
-from formulations import Mode, Reading, build_program, read_solution, refresh, structure, write_solution
+from formulations import Mode, Reading, build_program, flow_columns, read_solution, refresh, structure, write_solution
 from formulations.linear import INF
 from optimizer.base.errors import NumericalTroubleError, ScenarioError, TimeLimitNoPlanError
-from optimizer.base.units import Role
 from optimizer.solve.backends import BACKENDS, Outcome, gc_paused
 
 
@@ -66,8 +65,7 @@ class ModelCache:
 
     def close_pools_except(self, kept: set[int]) -> None:
         """Flows into every pool not in ``kept`` bounded at 0 (reopened by the next `prepare`)."""
-        closed = {col: 0.0 for role in Role for (pid, _), col in self.lp.cols.get(f"{role}_flow", {}).items()
-                  if pid not in kept}
+        closed = {col: 0.0 for pid, col in flow_columns(self.lp) if pid not in kept}
         self.backend.apply([self.lp.set_upper(closed)])
         self.closed = sorted(closed)
 

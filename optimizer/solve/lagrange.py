@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from formulations import capacity_rows, power_rows, ramp_rows
 from optimizer.base.units import HOURS_PER_YEAR
 from optimizer.instance.build import Instance
 from optimizer.solve.parallel import SliceRunner
@@ -74,15 +75,15 @@ def from_duals(inst: Instance, lp, row_dual: np.ndarray) -> Multipliers:
     slices are not evaluated)."""
     nominal = {st.id for st in inst.states if st.lost_site is None}
     committed = {}
-    for (s, g, sid), row in lp.rows.get("gpu_capacity", {}).items():
+    for (s, g, sid), row in capacity_rows(lp).items():
         if sid in nominal:
             committed[(s, g, sid)] = -inst.gpus_per_node[g] * float(row_dual[row])
-    for (s, sid), row in lp.rows.get("power", {}).items():
+    for (s, sid), row in power_rows(lp).items():
         for g in inst.gpus:
             if (s, g, sid) in committed:
                 committed[(s, g, sid)] += inst.node_kw[g] * inst.pue[s] * float(row_dual[row])
     ramps = {(s, g, t): min(max(0.0, float(row_dual[row])), ramp_price(inst, s, g, t))
-             for (s, g, t), row in lp.rows.get("ramp_up", {}).items()}
+             for (s, g, t), row in ramp_rows(lp).items()}
     return Multipliers({k: max(0.0, v) for k, v in committed.items()}, ramps)
 
 
