@@ -17,7 +17,8 @@ import pytest
 import formulations
 from formulations import MODULES, Mode, build_program, read_solution, refresh, structure, write_solution
 from optimizer.base.units import HOURS_PER_YEAR, SECONDS_PER_HOUR
-from optimizer.instance.build import Arc, CommittedPrice, Contract, Instance, Pool, State
+from optimizer.instance.build import Arc, CommittedPrice, Contract, Instance, State
+from optimizer.instance.pools import Pool
 from optimizer.serving.configs import ServingConfig
 
 HOURS = HOURS_PER_YEAR / 2  # two slices, each half the year

@@ -21,7 +21,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from optimizer.base.units import Role
-from optimizer.instance.build import NOMINAL, Instance, kappa
+from optimizer.instance.build import NOMINAL, Instance
+from optimizer.instance.pools import kappa
 from optimizer.solve.fleet import Solution, procurement_table, replicas_for
 
 

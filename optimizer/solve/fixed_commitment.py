@@ -1,5 +1,5 @@
 """A plan's commitment operated: the plan's own formulation on a one-hour view of the
-instance (`instance.open_pools_view`) with the commitment fixed (`formulations.Mode.operate_fixed`).
+instance (`instance.views.open_pools_view`) with the commitment fixed (`formulations.Mode.operate_fixed`).
 Two uses: the plan's own slices operated again on its commitment (`reoperate_slices`, a step of
 the solve), and the hours of the operated year its routing cannot host (`optimizer.commands.operate`).
 
@@ -26,7 +26,9 @@ from formulations import (
     unserved_columns,
 )
 from optimizer.base.units import SECONDS_PER_HOUR
-from optimizer.instance.build import Instance, kappa, open_pools_view
+from optimizer.instance.build import Instance
+from optimizer.instance.pools import kappa
+from optimizer.instance.views import open_pools_view
 from optimizer.solve.backends import HighsDirect
 from optimizer.solve.fleet import Solution, committed_nodes
 from optimizer.solve.repair import repair

@@ -33,7 +33,8 @@ import pandas as pd
 from optimizer.base.contracts import COST_COLUMNS, TERMS
 from optimizer.base.units import HOURS_PER_YEAR, SECONDS_PER_HOUR, Role
 from optimizer.curves.queueing import servers_needed, servers_needed_many
-from optimizer.instance.build import Instance, Pool
+from optimizer.instance.build import Instance
+from optimizer.instance.pools import Pool
 
 NO_LOAD_RPS = 1e-12  # below this a pool carries nothing and needs no replica
 ROUNDING = 1e-9  # slack on ⌈·⌉ and ⌊·⌋ of quotients that are whole up to floating point

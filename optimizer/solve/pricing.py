@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from optimizer.base.units import HOURS_PER_YEAR, Role
-from optimizer.instance.build import Instance, kappa, reach
+from optimizer.instance.build import Instance, reach
+from optimizer.instance.pools import kappa
 from optimizer.solve.fleet import Solution, procurement_table, replicas_needed, unserved_penalty_usd
 from optimizer.solve.settings import Candidate
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 from optimizer.base.units import Role
-from optimizer.instance.build import Instance, Pool
+from optimizer.instance.build import Instance
+from optimizer.instance.pools import Pool
 from optimizer.solve.fleet import (
     Solution,
     capacity_rps,

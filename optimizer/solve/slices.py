@@ -1,5 +1,5 @@
 """One slice of the year as an exact integer program — integer replicas with the SLO
-capacity f(n) exact on the integers, integer nodes — on its own (`instance.slice_view`):
+capacity f(n) exact on the integers, integer nodes — on its own (`instance.views.slice_view`):
 
 * priced: committed nodes free up to their cap at μ[s,g] each (a Lagrangian multiplier,
   `lagrange`); the program's own lower bound counts, so it need not be solved to the end;
@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from formulations import Mode, Reading, Replicas, build_program, read_solution, write_solution
-from optimizer.instance.build import Instance, slice_view
+from optimizer.instance.build import Instance
+from optimizer.instance.views import slice_view
 from optimizer.solve.backends import HighsDirect
 from optimizer.solve.fleet import Solution
 from optimizer.solve.pricing import pool_sizes
