@@ -6,7 +6,7 @@ Sets      (s, g) offered site–accelerator pairs; terms T(s,g) the committed co
 Columns   c[s,g,term] ≥ 0   committed nodes (every hour of the year)
           o[s,g,t] ≥ 0      on-demand nodes in state t (paid for the slice's hours)
           Integer where the mode counts whole replicas. The master problem keeps them continuous: its plan is made
-          whole afterwards (`optimizer.solve.fleet.commit`), where node integrality decomposes
+          whole afterwards (`optimizer.solve.commitments.commit`), where node integrality decomposes
           by (site, accelerator) and is solved exactly.
 Supply    Σ_term c[s,g,term] ≤ reserved cap;   o[s,g,t] ≤ on-demand cap
 Nodes     usable[s,g,t]  = Σ c + (1 − φ) · o    (φ: warm-pool share of on-demand nodes, kept

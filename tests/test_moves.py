@@ -156,9 +156,9 @@ def test_more_effort_never_serves_less_nor_costs_more_on_us_east(us_east):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10_000), steps=st.integers(1, 6))
 def test_a_pairs_commitment_kept_up_to_date_equals_one_priced_from_scratch(us_east, seed, steps):
-    """`fleet.PairCost` updates a (site, accelerator)'s commitment when a few states' needs
+    """`commitments.PairCost` updates a (site, accelerator)'s commitment when a few states' needs
     change; after any sequence of kept trials it is what `Commitments.best` finds afresh."""
-    from optimizer.solve.fleet import Commitments, PairCost
+    from optimizer.solve.commitments import Commitments, PairCost
 
     rng = np.random.default_rng(seed)
     rule = Commitments(us_east)

@@ -32,11 +32,9 @@ import numpy as np
 
 from optimizer.base.units import Regime, Role
 from optimizer.instance.build import Instance
+from optimizer.solve.commitments import Commitments, PairCost, commit
 from optimizer.solve.fleet import (
-    Commitments,
-    PairCost,
     Solution,
-    commit,
     gpus_in_replicas,
     node_kw,
     nodes_for,
@@ -69,7 +67,7 @@ class Priced:
 class WholePlan:
     """A whole plan in the form moves change: per nominal state its pools' loads and its
     routes; whole replicas per (pool, state); per (site, accelerator) the GPUs in replicas per
-    state and its commitment (`fleet.Commitments`). Site-loss states are kept as they are."""
+    state and its commitment (`commitments.Commitments`). Site-loss states are kept as they are."""
 
     def __init__(self, inst: Instance, sol: Solution):
         self.inst = inst
@@ -100,7 +98,7 @@ class WholePlan:
 
     @property
     def committed(self) -> dict:
-        """(site, gpu) → its current whole commitment (`fleet.Committed`)."""
+        """(site, gpu) → its current whole commitment (`commitments.Committed`)."""
         return {key: pair.current for key, pair in self.pairs.items()}
 
     @property
@@ -180,7 +178,7 @@ class WholePlan:
                 self.pairs[key].keep(token)
 
     def solution(self) -> Solution:
-        """The plan as a `fleet.Solution`, made whole by `fleet.commit` (site-loss states as
+        """The plan as a `fleet.Solution`, made whole by `commitments.commit` (site-loss states as
         they were)."""
         inst, sol = self.inst, self.sol
         flows = {key: y for key, y in sol.flows.items() if key[1] not in self.position}
@@ -323,7 +321,7 @@ def improve(inst: Instance, sol: Solution, budget: int, stop=lambda: False) -> t
     """Moves (module docstring) in rounds over the nominal states — merges, decode merges, then
     route shifts — first improvement, until a round keeps nothing or ``budget`` moves have been
     priced (or ``stop()``, the wall-clock cap, says so). Returns the improved plan (made whole
-    by `fleet.commit`) and what the search did."""
+    by `commitments.commit`) and what the search did."""
     plan = WholePlan(inst, sol)
     done = Search(before_usd=plan.cost_usd)
     arcs_of = arcs_by_demand(inst)

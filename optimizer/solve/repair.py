@@ -13,10 +13,10 @@ from collections import defaultdict
 from optimizer.base.units import Role
 from optimizer.instance.build import Instance
 from optimizer.instance.pools import Pool
+from optimizer.solve.commitments import commit
 from optimizer.solve.fleet import (
     Solution,
     capacity_rps,
-    commit,
     gpus_in_replicas,
     gpus_short,
     kw_over,

@@ -1,0 +1,188 @@
+"""The commitment of a fleet made whole: per (site, accelerator), the whole number of
+committed nodes that minimises the year's cost of the whole replicas' nodes — committed nodes
+at the cheapest term, on-demand nodes and their cold starts by the fleet's rules
+(`optimizer.solve.fleet`). `commit` makes a plan's commitment; `Commitments` applies the rule
+one pair at a time and `PairCost` keeps a pair's commitment up to date as a few states' needs
+change (the searches of `optimizer.solve.moves`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from optimizer.base.units import HOURS_PER_YEAR
+from optimizer.instance.build import Instance
+from optimizer.solve.fleet import ondemand_for, plan_hours
+
+
+def _cheapest_term(inst: Instance, site: str, gpu: str) -> tuple[str | None, float]:
+    """The committed term with the lowest $/node-hour (energy included) and that rate."""
+    terms = {t: price.rate + price.energy for t, price in inst.contracts[(site, gpu)].committed.items()}
+    if not terms:
+        return None, 0.0
+    term = min(sorted(terms), key=lambda t: terms[t])
+    return term, terms[term]
+
+
+@dataclass(frozen=True)
+class Committed:
+    """One (site, accelerator)'s whole commitment: nodes c on ``term``, on-demand nodes per
+    nominal state (in `plan_hours` order), what both cost a year, and whether some state needs
+    more on-demand nodes than its cap."""
+
+    term: str | None
+    nodes: int
+    ondemand: np.ndarray
+    cost_usd: float
+    over_cap: bool
+
+
+class Commitments:
+    """The commitment rule of `commit`, one (site, accelerator) at a time — for the plan's
+    repair and for searches that change a few pairs' needs and price them again."""
+
+    def __init__(self, inst: Instance):
+        self.inst = inst
+        self.ids, self.hours = plan_hours(inst)
+        peak = next(st.id for st in inst.states if st.slice == inst.peak_slice and st.lost_site is None)
+        self.peak_pos = self.ids.index(peak)
+        self.contingencies = [st.id for st in inst.states if st.lost_site is not None]
+
+    def best(self, site: str, gpu: str, need: np.ndarray, need_contingency: int = 0) -> Committed:
+        """c minimising the commit cost for nodes needed per nominal state ``need``; the peak
+        state's on-demand nodes also cover ``need_contingency`` (a site-loss state's)."""
+        inst, hours = self.inst, self.hours
+        top = int(max(need.max(initial=0), need_contingency))
+        term, rate = _cheapest_term(inst, site, gpu)
+        if top == 0:
+            return Committed(term, 0, np.zeros(len(need), dtype=np.int64), 0.0, False)
+        c = np.arange(0, (min(inst.committed_max[(site, gpu)], top) if term else 0) + 1)
+        o = ondemand_for(need[None, :], c[:, None], inst.warm_fraction)
+        o[:, self.peak_pos] = np.maximum(o[:, self.peak_pos], ondemand_for(need_contingency, c, inst.warm_fraction))
+        od_rate = inst.contracts[(site, gpu)].ondemand
+        cost = (c * rate * HOURS_PER_YEAR + od_rate * (o @ hours.weight_hours)
+                + od_rate * inst.cold_start_hours * (hours.rises(o) @ hours.repeats))
+        over = o.max(axis=1) > inst.ondemand_max[(site, gpu)]
+        i = int(np.lexsort((cost, over))[0])
+        return Committed(term, int(c[i]), o[i], float(cost[i]), bool(over[i]))
+
+
+class PairCost:
+    """`Commitments.best` for one (site, accelerator) kept up to date as the nodes needed in a
+    few states change — what a search on whole plans prices thousands of times. For every
+    commitment c = 0 … C it holds the on-demand nodes o[c, t] of each state and the year's
+    cost of c; a state's need changing touches only that state's column and the ramps into and
+    out of it: O(C) instead of O(C·T)."""
+
+    def __init__(self, rule: Commitments, site: str, gpu: str, need: np.ndarray, need_contingency: int = 0):
+        self.rule, self.site, self.gpu, self.contingency = rule, site, gpu, need_contingency
+        inst = rule.inst
+        self.term, self.rate = _cheapest_term(inst, site, gpu)
+        self.od_rate = inst.contracts[(site, gpu)].ondemand
+        self.cap_c = inst.committed_max[(site, gpu)] if self.term else 0
+        self.previous = rule.hours.previous
+        self.following = np.argsort(self.previous)  # the position each one is the previous of
+        self._build(np.asarray(need, dtype=np.int64).copy())
+        self.current = self._best(self.cost, self.need, self.o)
+
+    def _build(self, need: np.ndarray) -> None:
+        hours = self.rule.hours
+        self.need = need
+        self.c = np.arange(0, min(self.cap_c, max(int(need.max(initial=0)), self.contingency)) + 1)
+        self.o = np.stack([self._column(t, need[t]) for t in range(len(need))], axis=1)
+        self.cost = (self.c * self.rate * HOURS_PER_YEAR + self.od_rate * (self.o @ hours.weight_hours)
+                     + self.od_rate * self.rule.inst.cold_start_hours * (hours.rises(self.o) @ hours.repeats))
+
+    def _column(self, t: int, nodes: int) -> np.ndarray:
+        o = ondemand_for(nodes, self.c, self.rule.inst.warm_fraction)
+        if t == self.rule.peak_pos:
+            o = np.maximum(o, ondemand_for(self.contingency, self.c, self.rule.inst.warm_fraction))
+        return o
+
+    def _ramp(self, into: np.ndarray, before: np.ndarray, t: int) -> np.ndarray:
+        """The ramp cost of the rises into position t, for every c."""
+        return (self.od_rate * self.rule.inst.cold_start_hours * self.rule.hours.repeats[t]
+                * np.maximum(into - before, 0))
+
+    def _best(self, cost: np.ndarray, need: np.ndarray, o: np.ndarray) -> Committed:
+        """The cheapest c of ``cost`` (a c whose busiest state rents beyond the on-demand cap
+        only where none fits)."""
+        busiest = max(int(need.max(initial=0)), self.contingency)
+        over = ondemand_for(busiest, self.c, self.rule.inst.warm_fraction) > self.rule.inst.ondemand_max[(self.site, self.gpu)]
+        i = int(np.lexsort((cost, over))[0])
+        return Committed(self.term, int(self.c[i]), o[i].copy(), float(cost[i]), bool(over[i]))
+
+    def trial(self, changes: dict[int, int]) -> tuple[Committed, tuple]:
+        """The commitment with the nodes needed at some positions changed (position → nodes),
+        and a token `keep` takes; nothing is kept until then."""
+        need = self.need.copy()
+        for t, n in changes.items():
+            need[t] = n
+        if max(int(need.max(initial=0)), self.contingency) > self.c[-1] and self.c[-1] < self.cap_c:
+            full = PairCost(self.rule, self.site, self.gpu, need, self.contingency)  # a larger c may pay now
+            return full.current, ("rebuilt", full)
+        columns = {t: self._column(t, n) for t, n in changes.items()}
+        at = lambda t: columns[t] if t in columns else self.o[:, t]  # noqa: E731
+        cost = self.cost.copy()
+        for t in set(changes) | {int(self.following[t]) for t in changes}:
+            before = int(self.previous[t])
+            cost += self._ramp(at(t), at(before), t) - self._ramp(self.o[:, t], self.o[:, before], t)
+        for t, column in columns.items():
+            cost += self.od_rate * self.rule.hours.weight_hours[t] * (column - self.o[:, t])
+        o = self.o.copy() if len(columns) > 1 else self.o
+        if o is self.o:
+            (t, column), = columns.items()
+            saved = o[:, t].copy()
+            o[:, t] = column
+            committed = self._best(cost, need, o)
+            o[:, t] = saved
+        else:
+            for t, column in columns.items():
+                o[:, t] = column
+            committed = self._best(cost, need, o)
+        return committed, ("updated", need, columns, cost, committed)
+
+    def keep(self, token: tuple) -> None:
+        """Make a trial's result current."""
+        if token[0] == "rebuilt":
+            full = token[1]
+            self.c, self.o, self.cost, self.need, self.current = full.c, full.o, full.cost, full.need, full.current
+            return
+        _, need, columns, cost, committed = token
+        for t, column in columns.items():
+            self.o[:, t] = column
+        self.need, self.cost, self.current = need, cost, committed
+
+
+def commit(inst: Instance, need: dict[tuple[str, str, int], int]):
+    """Per (site, accelerator): the whole number of committed nodes c, on the cheapest allowed
+    term, minimising
+
+        c · rate_c · 8760 + Σ_t h_t · rate_od · o_t(c) + ramp cost(o(c)),
+        o_t(c) = ⌈max(0, N_t − c) / (1 − φ)⌉,
+
+    N_t the nodes the state's whole replicas need; a c whose o exceeds the on-demand cap only
+    where no c fits. Contingency states use the peak slice's on-demand nodes, which rise to
+    cover them. Exact by enumeration of c (all at once, `Commitments.best`): once replicas are
+    fixed, (site, accelerator) pairs are independent except for power, checked afterwards."""
+    rule = Commitments(inst)
+    peak = rule.ids[rule.peak_pos]
+    committed, ondemand, violations = {}, {}, []
+    for s, g in inst.site_gpus:
+        n_nominal = np.array([need.get((s, g, sid), 0) for sid in rule.ids], dtype=np.int64)
+        n_cont = max((need.get((s, g, sid), 0) for sid in rule.contingencies), default=0)
+        best = rule.best(s, g, n_nominal, n_cont)
+        if best.nodes:
+            committed[(s, g, best.term)] = best.nodes
+        for sid, x in zip(rule.ids, best.ondemand):
+            if x > 0:
+                ondemand[(s, g, sid)] = int(x)
+        for sid in rule.contingencies:
+            if (s, g, peak) in ondemand and inst.states[sid].lost_site != s:
+                ondemand[(s, g, sid)] = ondemand[(s, g, peak)]
+        if best.over_cap:
+            violations.append(f"{s}/{g}: needs {int(best.ondemand.max())} on-demand nodes in some hour, cap "
+                              f"{inst.ondemand_max[(s, g)]}" + (f" (and {inst.committed_max[(s, g)]} committed)"
+                                                                if best.term else ""))
+    return committed, ondemand, violations
