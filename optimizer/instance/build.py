@@ -182,8 +182,8 @@ def build_instance(s: Scenario, rtt: pd.DataFrame) -> Instance:
                 if not decode:
                     continue
                 handoff[(site, k, h)] = Handoff(min(c.nic_bytes_per_s for c in decode.values()),
-                                                max(c.step_ms for c in decode.values()) / 1e3)
-                handoff_ms[(site, k, h)] = transfer[(site, k)] + 2e3 * handoff[(site, k, h)].step_s
+                                                max(c.step_ms for c in decode.values()) / MS_PER_S)
+                handoff_ms[(site, k, h)] = transfer[(site, k)] + 2 * MS_PER_S * handoff[(site, k, h)].step_s
                 decode_pools[(site, k, h)] = [factory.add("decode", NOMINAL, site, k, -1, c, speed=h)
                                               for _, c in sorted(decode.items())]
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.base.units import Regime, Role
+from optimizer.base.units import MS_PER_S, Regime, Role
 from optimizer.curves.queueing import slo_capacity_rps
 from optimizer.curves.tail import Law, SlackTable, compress, quantile_s, slack_table, stack
 from optimizer.curves.transfer import kv_transfer_time_s
@@ -90,7 +90,7 @@ class Option:
 
     @functools.cached_property
     def slack(self) -> SlackTable:
-        return slack_table(self.alone, list(self.riding), self.budget_ms / 1e3)
+        return slack_table(self.alone, list(self.riding), self.budget_ms / MS_PER_S)
 
     @property
     def queue_ms(self) -> float:
@@ -228,7 +228,7 @@ def best_tier_pools(s: Scenario, factory: PoolFactory, configs, gpus_at, handoff
                             for h, after in paths:
                                 if (c.id, after) not in laws:
                                     alone, riding = _compact_stages(stages, c, after, bases)
-                                    laws[(c.id, after)] = (alone, riding, 1e3 * quantile_s(alone, q))
+                                    laws[(c.id, after)] = (alone, riding, MS_PER_S * quantile_s(alone, q))
                                 if (c.id, budget, after) not in made:
                                     made[(c.id, budget, after)] = Option(c, *laws[(c.id, after)][:2], budget,
                                                                          laws[(c.id, after)][2], (budget, after))
@@ -260,7 +260,7 @@ def admissible_configs(s: Scenario) -> dict[tuple[str, str], list[ServingConfig]
         for g, a in s.accelerators.items():
             configs = workload_configs(w, m, a, s.serving)
             kv = kv_bytes_per_token(w, m)
-            limit_s = TRANSFER_SHARE_OF_TTFT * w.ttft_p99_ms / 1e3
+            limit_s = TRANSFER_SHARE_OF_TTFT * w.ttft_p99_ms / MS_PER_S
             out[(k, g)] = [
                 c for c in configs
                 if c.role == Role.COLOCATED or float(kv_transfer_time_s(w.isl_p99_tokens, kv, c.nic_bytes_per_s)) <= limit_s
@@ -276,4 +276,4 @@ def best_decode(configs: list[ServingConfig], speed: float) -> ServingConfig | N
 def p99_transfer_ms(s: Scenario, w, kv_bytes_per_token: float, nic_bytes_per_s: float) -> float:
     """KV transfer of the p99 prompt over ``nic_bytes_per_s`` (reported; sizing takes every prompt's)."""
     return float(kv_transfer_time_s(w.isl_p99_tokens, kv_bytes_per_token, nic_bytes_per_s,
-                                    s.serving.kv_transfer_latency_ms / 1e3)) * 1e3
+                                    s.serving.kv_transfer_latency_ms / MS_PER_S)) * MS_PER_S
