@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from optimizer.base.errors import ScenarioError
-from optimizer.base.units import Role
+from optimizer.base.units import MS_PER_S, SECONDS_PER_HOUR, Role
 from optimizer.curves.memory import kv_budget_bytes, kv_replication
 from optimizer.curves.roofline import decode_step_time_s, mixed_step_time_s
 from optimizer.scenario import RawScenario, Scenario
@@ -124,11 +124,11 @@ def _check_workload(s: Scenario, raw: RawScenario, wid: str, gpus: list[str]) ->
             continue
         if "disaggregated" in sv.modes:
             step = float(decode_step_time_s(r, 1.0, context))
-            floors.append((sv.itl_tail_factor * step * 1e3, f"{g} × {p} GPUs, decode at batch 1"))
+            floors.append((sv.itl_tail_factor * step * MS_PER_S, f"{g} × {p} GPUs, decode at batch 1"))
         if "colocated" in sv.modes:
             step = min(float(mixed_step_time_s(r, 1.0, context, c, w.isl_mean_tokens / 2.0))
                        for c in sv.colocated_chunk_tokens)
-            floors.append((sv.itl_tail_factor * step * 1e3,
+            floors.append((sv.itl_tail_factor * step * MS_PER_S,
                            f"{g} × {p} GPUs, colocated at batch 1 with a {min(sv.colocated_chunk_tokens)}-token chunk"))
     if not floors:
         g, p, r = best_budget
@@ -199,7 +199,7 @@ def _check_demand(s: Scenario, raw: RawScenario) -> None:
     slices = build_slices(s)
     with np.errstate(over="ignore", invalid="ignore"):
         per_slice = total_per_slice(s, slices)
-        total = float((per_slice * slices["weight_hours"].to_numpy()).sum() * 3600.0)
+        total = float((per_slice * slices["weight_hours"].to_numpy()).sum() * SECONDS_PER_HOUR)
     peak = float(per_slice.max()) if len(per_slice) else 0.0
     if math.isfinite(total) and total >= 1.0 and peak <= MAX_PEAK_REQUESTS_PER_S:
         return
