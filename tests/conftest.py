@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from instances import brute_force, tiny_instance
 
 from optimizer.commands import pipeline
 from optimizer.scenario import load_scenario
@@ -26,16 +27,12 @@ def first_plans_only():
 @pytest.fixture(scope="session")
 def tiny():
     """tests/data/tiny.yaml as an instance: 2 metros, 2 sites, 2 accelerators, 2 slices."""
-    from test_mip_exact import tiny_instance
-
     return tiny_instance()
 
 
 @pytest.fixture(scope="session")
 def optimum(tiny):
-    """The tiny instance's cheapest plan, by enumeration (`test_mip_exact.brute_force`)."""
-    from test_mip_exact import brute_force
-
+    """The tiny instance's cheapest plan, by enumeration (`instances.brute_force`)."""
     return brute_force(tiny)
 
 
