@@ -38,5 +38,6 @@ def write_comparison(cmp: Comparison, out_dir) -> Path:
     write_compare_report(cmp, out)
     return out
 
+
 __all__ = ["Comparison", "Plan", "compare", "comparison_text", "load_scenario", "plan", "read_plan", "sweep",
            "verify", "write_comparison", "write_plan", "write_verify"]

@@ -6,10 +6,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from instances import brute_force, tiny_instance
 
 from optimizer.commands import pipeline
 from optimizer.scenario import load_scenario
-from optimizer.solve.settings import FIRST_PLAN_STEPS
+from optimizer.solve.settings import FIRST_PLAN_STEPS, STEPS
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "default_steps: plans made through the pipeline run the default step list "
+                            "(`optimizer.solve.settings.STEPS`), not the suite's first plans only")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -17,25 +23,33 @@ def first_plans_only():
     """Plans made through the pipeline in the suite stop at the first whole plan, as with
     ``--effort first``: a planner's default spends a minute refining, which would make the
     suite's hundred plans take an hour. Refining is tested on its own budgets
-    (test_anytime.py, and test_mip_features.py through `solve`)."""
+    (test_anytime.py, and test_mip_features.py through `solve`), and through the pipeline by
+    the tests marked ``default_steps`` (`default_steps_when_marked`)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(pipeline, "STEPS", FIRST_PLAN_STEPS)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def default_steps_when_marked(request, first_plans_only):
+    """A test marked ``@pytest.mark.default_steps`` plans with the pipeline's default steps."""
+    if request.node.get_closest_marker("default_steps") is None:
+        yield
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pipeline, "STEPS", STEPS)
         yield
 
 
 @pytest.fixture(scope="session")
 def tiny():
     """tests/data/tiny.yaml as an instance: 2 metros, 2 sites, 2 accelerators, 2 slices."""
-    from test_mip_exact import tiny_instance
-
     return tiny_instance()
 
 
 @pytest.fixture(scope="session")
 def optimum(tiny):
-    """The tiny instance's cheapest plan, by enumeration (`test_mip_exact.brute_force`)."""
-    from test_mip_exact import brute_force
-
+    """The tiny instance's cheapest plan, by enumeration (`instances.brute_force`)."""
     return brute_force(tiny)
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_mip_exact import tiny_instance
+from instances import tiny_instance
 
 from formulations import Mode, read_solution, write_solution
 from optimizer.commands import pipeline

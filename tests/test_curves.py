@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from optimizer.base.units import HOURS_PER_YEAR
 from optimizer.curves.cache import (
     cache_kv_share,
     cached_prefix_tokens,
@@ -26,7 +27,6 @@ from optimizer.curves.cache import (
     prefill_work_saved_fraction,
 )
 from optimizer.curves.economics import (
-    HOURS_PER_YEAR,
     break_even_utilization,
     cost_per_million_tokens_usd,
     idle_cost_share,

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from manifests import manifest_kind, manifests_in
 
 from optimizer.base.errors import ScenarioError
 from optimizer.cli.main import main
@@ -42,20 +43,6 @@ def exported(plans):
         assert main(["export", str(plans / plan), "--to", fmt, "--out", str(target)]) == 0
         out[(fmt, plan)] = target
     return out
-
-
-def manifest_kind(doc: dict) -> str:
-    if "servingEngineSpec" in doc:
-        return "production-stack values"
-    if "service" in doc and "resources" in doc:
-        return "SkyServe service"
-    return doc["kind"]
-
-
-def manifests_in(folder: Path):
-    for path in sorted(folder.glob("*/*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            yield path, doc
 
 
 def test_every_manifest_validates_against_its_vendored_schema(exported):

@@ -1,75 +1,24 @@
-"""One test per formulation module, on a tiny hand-made `Instance` (no YAML, no network): the
-blocks each module adds, their coefficients and right-hand sides, computed by hand here.
-A register test fails when a module in `formulations.MODULES` has no test of its own; a
-refresh test builds instance A, refreshes it to B and compares with a fresh build of B."""
+"""One test per formulation module, on a tiny hand-made `Instance` (`instances.hand_made`: no
+YAML, no network): the blocks each module adds, their coefficients and right-hand sides,
+computed by hand here. A register test fails when a module in `formulations.MODULES` has no
+test of its own; a refresh test builds instance A, refreshes it to B and compares with a
+fresh build of B."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
+from instances import DAYS, HOURS, TABLE
+from instances import hand_made as tiny
 
 import formulations
 from formulations import MODULES, Mode, build_program, read_solution, refresh, structure, write_solution
 from optimizer.base.units import HOURS_PER_YEAR, SECONDS_PER_HOUR
-from optimizer.instance.build import Arc, CommittedPrice, Contract, Instance, State
-from optimizer.instance.pools import Pool
-from optimizer.serving.configs import ServingConfig
-
-HOURS = HOURS_PER_YEAR / 2  # two slices, each half the year
-DAYS = HOURS_PER_YEAR / 24  # each slice's hour recurs every day
-TABLE = np.array([5.0, 12.0, 20.0])  # f(n): requests/s a queueing pool of n replicas carries
-
-
-def _config(cid: str, role: str, gpus: int) -> ServingConfig:
-    return ServingConfig(id=cid, workload="k", gpu="g", gpus=gpus, role=role, decode_rps=3.0)
-
-
-def tiny(n_minus_1: bool = False, cold_start_hours: float = 1 / 6, **changes) -> Instance:
-    """Metro m1; sites s1 (10 ms) and s2 (30 ms); workload k; accelerator g (8 GPUs a node);
-    slices 0 (hour 0, 10 req/s) and 1 (hour 12, 20 req/s, the peak); at each site a prefill
-    pool (table f), a colocated pool (f and 3 req/s of decode slots) and a decode pool."""
-    slices = pd.DataFrame({"period": ["Y", "Y"], "period_index": [0, 0], "day_type": ["all", "all"],
-                           "day_multiplier": [1.0, 1.0], "hour": [0, 12], "weight_hours": [HOURS, HOURS],
-                           "days": [DAYS, DAYS]})
-    slices.index.name = "slice"
-    states = [State(0, 0, "nominal", None, HOURS, HOURS, DAYS), State(1, 1, "nominal", None, HOURS, HOURS, DAYS)]
-    pools, tier_pools, decode_pools = [], {}, {}
-    for site in ("s1", "s2"):
-        base = len(pools)
-        pools += [Pool(base, "prefill", "nominal", site, "k", 0, "g", _config(f"{site}/p", "prefill", 2), 100.0, TABLE,
-                       0.0, 0, 1.2),
-                  Pool(base + 1, "colocated", "nominal", site, "k", 0, "g", _config(f"{site}/c", "colocated", 1), 100.0,
-                       TABLE, 3.0, -1, 1.2),
-                  Pool(base + 2, "decode", "nominal", site, "k", -1, "g", _config(f"{site}/d", "decode", 4), 0.0, None,
-                       3.0, 0, 1.2)]
-        tier_pools[("nominal", site, "k", 0)] = [base, base + 1]
-        decode_pools[(site, "k", 0)] = [base + 2]
-    if n_minus_1:
-        states.append(State(2, 1, "relaxed", "s1", 0.0, 1000.0, 0.0))
-        for site in ("s1", "s2"):
-            base = len(pools)
-            pools.append(Pool(base, "colocated", "relaxed", site, "k", 0, "g", _config(f"{site}/c", "colocated", 1),
-                              100.0, TABLE, 3.0, -1, 1.2))
-            tier_pools[("relaxed", site, "k", 0)] = [base]
-    arcs = [Arc("m1", "s1", "k", 0, 10.0), Arc("m1", "s2", "k", 0, 30.0)]
-    price = Contract(30.0, {"reserved-1y": CommittedPrice(20.0, 0.0, "reserved")})
-    inst = Instance(
-        name="tiny", slices=slices, states=states, metros=["m1"], sites=["s1", "s2"], workloads=["k"], gpus=["g"],
-        demand={("m1", "k", 0): 10.0, ("m1", "k", 1): 20.0}, peak_to_mean={"k": 1.2}, peak_slice=1,
-        arcs={"nominal": arcs, "relaxed": arcs if n_minus_1 else []}, pools=pools, tier_pools=tier_pools,
-        decode_pools=decode_pools, site_gpus=[("s1", "g"), ("s2", "g")], gpus_per_node={"g": 8},
-        node_kw={"g": 10.0}, pue={"s1": 1.2, "s2": 1.5}, power_kw={"s1": 500.0, "s2": 800.0},
-        contracts={("s1", "g"): price, ("s2", "g"): price}, committed_max={("s1", "g"): 40, ("s2", "g"): 50},
-        ondemand_max={("s1", "g"): 10, ("s2", "g"): 0}, allow_ondemand=True, cold_start_hours=cold_start_hours,
-        warm_fraction=0.1, penalty_usd_per_request={"k": 1e-3}, egress_usd_per_request={"k": 2e-6},
-        output_tokens={"k": 100.0}, input_tokens={"k": 1000.0}, handoff_ms={}, transfer_ms={})
-    return dataclasses.replace(inst, **changes)
+from optimizer.instance.build import Arc, CommittedPrice, Contract, Instance
 
 
 def program(inst: Instance, exact: bool = False, **fixed):

@@ -4,17 +4,15 @@ a cheaper accelerator never costs more; an extra candidate site never costs more
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from instances import TINY
 
 from optimizer.geography.network import build_graph, rtt_matrix
 from optimizer.instance.build import build_instance
 from optimizer.scenario import apply_overrides, load_raw, validate
 from optimizer.solve import SolverSettings, solve
 
-TINY = Path(__file__).parent / "data" / "tiny.yaml"
 EXACT = SolverSettings(exact=True, mip_gap=1e-9, time_limit_s=60)
 TOL = 1e-6
 

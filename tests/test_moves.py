@@ -12,12 +12,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_mip_exact import tiny_instance
+from instances import brute_force, tiny_instance, us_east_instance
 
 from optimizer.base.units import Role
-from optimizer.geography.network import build_graph, rtt_matrix
-from optimizer.instance.build import build_instance
-from optimizer.scenario import DATA_DIR, load_scenario
 from optimizer.solve import SolverSettings, plan_cost, solve
 from optimizer.solve.fleet import gpus_in_replicas, whole_replicas
 from optimizer.solve.moves import WholePlan, decode_merges, improve, merges
@@ -34,8 +31,7 @@ def _first(inst):
 
 @pytest.fixture(scope="module")
 def us_east():
-    s, raw = load_scenario(DATA_DIR / "scenarios" / "us-east.yaml")
-    return build_instance(s, rtt_matrix(build_graph(s, raw.path.parent), s))
+    return us_east_instance()
 
 
 def assert_balanced(inst, sol):
@@ -104,8 +100,6 @@ def test_each_kept_move_lowers_the_cost_or_frees_gpus(us_east):
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(scale=st.floats(0.3, 3.0), budget=st.integers(0, 400))
 def test_on_brute_force_instances_moves_stay_feasible_and_above_the_optimum(scale, budget):
-    from test_mip_exact import brute_force
-
     inst = tiny_instance([f"demand.scale={scale}"])
     first = _first(inst)
     better, _ = improve(inst, first, budget)

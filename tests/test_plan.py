@@ -123,7 +123,7 @@ def test_cli_infeasible_exit_code_and_no_folder(tmp_path, capsys):
 def test_reference_plan_exports_to_the_stacks_that_can_express_it(reference_plan, tmp_path):
     """Every manifest of the reference plan validates against its vendored schema and reads
     back to the plan's replicas (tests/test_export.py does the same, and more, on us-east)."""
-    from test_export import manifest_kind, manifests_in
+    from manifests import manifest_kind, manifests_in
 
     from optimizer.commands.export import validate
     from optimizer.commands.export.fleet import POOL_KEY, read_fleet

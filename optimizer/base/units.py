@@ -15,6 +15,7 @@ HOURS_PER_DAY = 24
 DAYS_PER_YEAR = 365
 HOURS_PER_YEAR = 8760.0  # DAYS_PER_YEAR · HOURS_PER_DAY: the planning year
 MS_PER_S = 1000.0
+KW_PER_MW = 1000.0
 
 
 class Role(StrEnum):

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from optimizer.base.units import SECONDS_PER_HOUR
 from optimizer.curves.roofline import decode_step_parts, decode_step_time_s
 from optimizer.curves.shapes import Replica
 
@@ -65,11 +66,11 @@ def batching_knee(replica: Replica, context_tokens: float, usd_per_hour: float, 
     ridge = float(batches[np.argmax(crossed)]) if crossed.any() else float("inf")
     knee = int(min(ridge, b_max))
     tokens_per_s = batches / decode_step_time_s(replica, batches, context_tokens)
-    floor = usd_per_hour / (tokens_per_s[-1] * 3600.0) * 1e6
+    floor = usd_per_hour / (tokens_per_s[-1] * SECONDS_PER_HOUR) * 1e6
     return Knee(ridge, knee, b_max, float(tokens_per_s[knee - 1]), float(floor))
 
 
 def marginal_usd_per_million_tokens(replica: Replica, batch, context_tokens: float, usd_per_hour: float):
     """Cost per million output tokens at batch b: usd_per_hour · step(b) / (3600 · b) · 1e6."""
     b = np.asarray(batch, dtype=float)
-    return usd_per_hour * decode_step_time_s(replica, b, context_tokens) / (3600.0 * b) * 1e6
+    return usd_per_hour * decode_step_time_s(replica, b, context_tokens) / (SECONDS_PER_HOUR * b) * 1e6

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-HOURS_PER_YEAR = 8760.0
+from optimizer.base.units import HOURS_PER_YEAR, KW_PER_MW, SECONDS_PER_HOUR
 
 
 def cost_per_million_tokens_usd(usd_per_hour, goodput_tokens_per_s):
@@ -14,7 +14,7 @@ def cost_per_million_tokens_usd(usd_per_hour, goodput_tokens_per_s):
     One 8-GPU node at $30/h: 10,000 tok/s → $0.83; 4,000 tok/s → $2.08."""
     tokens = np.asarray(goodput_tokens_per_s, dtype=float)
     with np.errstate(divide="ignore"):
-        return np.asarray(usd_per_hour, dtype=float) / (tokens * 3600.0) * 1e6
+        return np.asarray(usd_per_hour, dtype=float) / (tokens * SECONDS_PER_HOUR) * 1e6
 
 
 def break_even_utilization(reserved_usd_per_hour, ondemand_usd_per_hour):
@@ -39,7 +39,7 @@ def owned_usd_per_node_hour(
     """
     return {
         "capital": capex_usd_per_node / (life_years * HOURS_PER_YEAR),
-        "energy": node_kw * power_fraction * pue * energy_usd_per_mwh / 1000.0,
+        "energy": node_kw * power_fraction * pue * energy_usd_per_mwh / KW_PER_MW,
         "colo": node_kw * colo_usd_per_kw_month * 12.0 / HOURS_PER_YEAR,
     }
 
@@ -57,4 +57,4 @@ def idle_cost_share(utilization) -> np.ndarray:
 
 def tokens_per_s_per_mw(goodput_tokens_per_s, it_kw, pue):
     """Facility yield: goodput tokens/s per MW of facility power, tokens / (kW_IT · PUE / 1000)."""
-    return np.asarray(goodput_tokens_per_s, dtype=float) / (np.asarray(it_kw, dtype=float) * pue / 1000.0)
+    return np.asarray(goodput_tokens_per_s, dtype=float) / (np.asarray(it_kw, dtype=float) * pue / KW_PER_MW)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from optimizer.base.units import SECONDS_PER_HOUR
 from optimizer.scenario import Scenario
 
 HOURS = 24
@@ -131,4 +132,4 @@ def total_per_slice(s: Scenario, slices: pd.DataFrame) -> np.ndarray:
 def annual_requests(demand: pd.DataFrame, slices: pd.DataFrame) -> float:
     """Requests in the year: Σ λ · weight_hours · 3600."""
     w = slices["weight_hours"].reindex(demand["slice"]).to_numpy()
-    return float((demand["requests_per_s"].to_numpy() * w).sum() * 3600.0)
+    return float((demand["requests_per_s"].to_numpy() * w).sum() * SECONDS_PER_HOUR)

@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from optimizer.base.errors import ScenarioError
-from optimizer.base.units import Role
+from optimizer.base.units import MS_PER_S, SECONDS_PER_HOUR, Role
 from optimizer.curves.memory import kv_budget_bytes, kv_replication
 from optimizer.curves.roofline import decode_step_time_s, mixed_step_time_s
 from optimizer.scenario import RawScenario, Scenario
@@ -72,17 +72,31 @@ def _servable(configs) -> bool:
 
 
 def _check_workload(s: Scenario, raw: RawScenario, wid: str, gpus: list[str]) -> None:
+    """Raise `ScenarioError` if no serving config of the workload is complete, saying why: in
+    the order a planner would fix it, the degrees, precision, memory, context, ITL, prefill."""
+    w = s.workloads[wid]
+    _check_ttft(s, raw, wid)
+    _check_tiers(s, raw, wid)
+    configs = [c for g in gpus for c in workload_configs(w, s.models[w.model], s.accelerators[g], s.serving)]
+    if _servable(configs):
+        return
+    replicas = _check_replicas(s, raw, wid, gpus)
+    fitting = _check_weights_fit(s, raw, wid, replicas)
+    _check_itl_floor(s, raw, wid, fitting)
+    _check_prefill_fits(s, raw, wid, configs)
+    roles = ", ".join(sorted({c.role for c in configs})) or "none"
+    raise ScenarioError(
+        f"{w.model} has no complete serving config on the offered accelerators ({', '.join(gpus)}) in the allowed "
+        f"modes ({', '.join(s.serving.modes)}); roles found: {roles}",
+        raw.origin("workloads", wid), field="model")
+
+
+def _check_replicas(s: Scenario, raw: RawScenario, wid: str, gpus: list[str]) -> list[tuple]:
+    """The workload's replicas (accelerator, degree, replica) on the offered accelerators; an
+    error if no allowed degree fits a scale-up domain or no accelerator has the weights' precision."""
     w = s.workloads[wid]
     m = s.models[w.model]
     sv = s.serving
-    origin = raw.origin("workloads", wid)
-    _check_ttft(s, raw, wid)
-    _check_tiers(s, raw, wid)
-    configs = [c for g in gpus for c in workload_configs(w, m, s.accelerators[g], sv)]
-    if _servable(configs):
-        return
-
-    # Why not? In the order a planner would fix it: precision, memory, context, ITL.
     replicas = [(g, p, make_replica(m, s.accelerators[g], sv, p, w.weight_dtype, w.kv_dtype))
                 for g in gpus for p in parallel_degrees(m, s.accelerators[g], sv)]
     if not replicas:
@@ -96,8 +110,15 @@ def _check_workload(s: Scenario, raw: RawScenario, wid: str, gpus: list[str]) ->
         raise ScenarioError(
             f"{w.weight_dtype} weights need {w.weight_dtype.upper()} support, which none of the offered accelerators "
             f"({', '.join(gpus)}) has; expected weight_dtype bf16 or an accelerator with FP8",
-            origin, field="weight_dtype")
-    replicas = [(g, p, r) for g, p, r in replicas if r is not None]
+            raw.origin("workloads", wid), field="weight_dtype")
+    return [(g, p, r) for g, p, r in replicas if r is not None]
+
+
+def _check_weights_fit(s: Scenario, raw: RawScenario, wid: str, replicas: list[tuple]) -> list[tuple]:
+    """The replicas with KV memory left beside the weights and workspace; an error if none has."""
+    w = s.workloads[wid]
+    m = s.models[w.model]
+    sv = s.serving
     fitting = [(g, p, r) for g, p, r in replicas if kv_budget_bytes(r) > 0]
     if not fitting:
         g, p, r = max(replicas, key=lambda x: (x[1] * x[2].hw.hbm_bytes, x[0]))
@@ -111,8 +132,17 @@ def _check_workload(s: Scenario, raw: RawScenario, wid: str, gpus: list[str]) ->
             f"offered accelerators allow, {g} × {p} GPUs, has {usable / GB:,.1f} GB usable "
             f"({p} GPUs × {r.hw.hbm_bytes / GB:,.1f} GB [{a.hbm_gb:g} GiB] × {sv.usable_hbm_fraction:g}); "
             "expected an accelerator with more memory, larger tp_degrees, or fp8 weights",
-            origin, field="model")
+            raw.origin("workloads", wid), field="model")
+    return fitting
 
+
+def _check_itl_floor(s: Scenario, raw: RawScenario, wid: str, fitting: list[tuple]) -> None:
+    """An error if one request's KV fits no replica, or if the ITL objective is below the
+    fastest p99 inter-token gap (batch 1) of the allowed modes."""
+    w = s.workloads[wid]
+    m = s.models[w.model]
+    sv = s.serving
+    origin = raw.origin("workloads", wid)
     kv = kv_bytes_per_token(w, m)
     context = w.isl_mean_tokens + w.osl_mean_tokens / 2.0
     full = w.isl_mean_tokens + w.osl_mean_tokens
@@ -124,11 +154,11 @@ def _check_workload(s: Scenario, raw: RawScenario, wid: str, gpus: list[str]) ->
             continue
         if "disaggregated" in sv.modes:
             step = float(decode_step_time_s(r, 1.0, context))
-            floors.append((sv.itl_tail_factor * step * 1e3, f"{g} × {p} GPUs, decode at batch 1"))
+            floors.append((sv.itl_tail_factor * step * MS_PER_S, f"{g} × {p} GPUs, decode at batch 1"))
         if "colocated" in sv.modes:
             step = min(float(mixed_step_time_s(r, 1.0, context, c, w.isl_mean_tokens / 2.0))
                        for c in sv.colocated_chunk_tokens)
-            floors.append((sv.itl_tail_factor * step * 1e3,
+            floors.append((sv.itl_tail_factor * step * MS_PER_S,
                            f"{g} × {p} GPUs, colocated at batch 1 with a {min(sv.colocated_chunk_tokens)}-token chunk"))
     if not floors:
         g, p, r = best_budget
@@ -145,17 +175,19 @@ def _check_workload(s: Scenario, raw: RawScenario, wid: str, gpus: list[str]) ->
             f"fastest p99 inter-token gap of {w.model} on the offered accelerators is {floor:.2f} ms ({where}, × "
             f"{sv.itl_tail_factor:g} tail factor); expected itl_p99_ms ≥ {math.ceil(floor * 10) / 10:.1f}",
             origin, field="itl_p99_ms")
+
+
+def _check_prefill_fits(s: Scenario, raw: RawScenario, wid: str, configs) -> None:
+    """Disaggregated only: an error if no prefill replica holds the p99 prompt's KV and the
+    resident shared prefixes."""
+    w = s.workloads[wid]
+    sv = s.serving
     if "disaggregated" in sv.modes and "colocated" not in sv.modes and not any(c.role == Role.PREFILL for c in configs):
         raise ScenarioError(
             f"no prefill replica of {w.model} on the offered accelerators holds the KV of the p99 prompt "
             f"({w.isl_p99_tokens:g} tokens) and {sv.resident_prefixes:g} resident shared prefixes of "
             f"{w.shared_prefix_tokens:g} tokens; expected shorter prompts or prefixes, or the colocated mode",
-            origin, field="isl_p99_tokens")
-    roles = ", ".join(sorted({c.role for c in configs})) or "none"
-    raise ScenarioError(
-        f"{w.model} has no complete serving config on the offered accelerators ({', '.join(gpus)}) in the allowed "
-        f"modes ({', '.join(sv.modes)}); roles found: {roles}",
-        origin, field="model")
+            raw.origin("workloads", wid), field="isl_p99_tokens")
 
 
 def _check_ttft(s: Scenario, raw: RawScenario, wid: str) -> None:
@@ -199,7 +231,7 @@ def _check_demand(s: Scenario, raw: RawScenario) -> None:
     slices = build_slices(s)
     with np.errstate(over="ignore", invalid="ignore"):
         per_slice = total_per_slice(s, slices)
-        total = float((per_slice * slices["weight_hours"].to_numpy()).sum() * 3600.0)
+        total = float((per_slice * slices["weight_hours"].to_numpy()).sum() * SECONDS_PER_HOUR)
     peak = float(per_slice.max()) if len(per_slice) else 0.0
     if math.isfinite(total) and total >= 1.0 and peak <= MAX_PEAK_REQUESTS_PER_S:
         return

@@ -12,7 +12,8 @@ supply, workloads, diurnal) may be
 
 Loading goes in three steps, so that overrides and sweeps share one mechanism: `load_raw`
 (`raw`: files → plain, JSON-able data with the origin of every row), `apply_overrides`
-(`overrides`: ``--set`` dotted paths), `validate` (`validate`: → `Scenario`). The models:
+(`overrides`: ``--set`` dotted paths), `validate` (`validate`: → `Scenario`); `load_scenario`
+(`load`) runs the three. The models:
 `fields` (shared rules), `catalogue` (table rows), `sections`, `model` (the scenario);
 `tables` says where the catalogues live and how each table is keyed. Errors name the file,
 the row and the field and say what was expected.
@@ -20,6 +21,7 @@ the row and the field and say what was expected.
 
 from optimizer.scenario.catalogue import Accelerator, Metro, Model, Owned, Place, Price, Site, Supply, Workload
 from optimizer.scenario.fields import Catalogued, Strict
+from optimizer.scenario.load import load_scenario
 from optimizer.scenario.model import Scenario
 from optimizer.scenario.overrides import apply_overrides, set_path
 from optimizer.scenario.raw import RawScenario, load_raw
@@ -37,7 +39,7 @@ from optimizer.scenario.sections import (
                                          Speculative,
 )
 from optimizer.scenario.tables import DATA_DIR, REFERENCE_SCENARIO, SECTIONS, TABLES, TableSpec
-from optimizer.scenario.validate import explain, load_scenario, validate, validate_row
+from optimizer.scenario.validate import explain, validate, validate_row
 
 __all__ = ["Accelerator", "Catalogued", "DATA_DIR", "DayType", "Demand", "DemandRow", "Horizon", "Metro", "MixRow",
            "Model", "NetworkSpec", "Owned", "Period", "Place", "Policy", "Price", "REFERENCE_SCENARIO", "RawScenario", "Robust",

@@ -9,6 +9,8 @@ from datetime import date
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from optimizer.base.units import MS_PER_S
+
 
 def fraction_check(value: float, name: str) -> float:
     if 1.0 < value <= 100.0:
@@ -29,7 +31,7 @@ def latency_ms_check(value):
     """A 'before' validator: a latency under 5 written in a milliseconds field is seconds."""
     if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 5:
         raise ValueError(
-            f"expected milliseconds; {value} looks like seconds — write {value * 1000:g} for {value} s"
+            f"expected milliseconds; {value} looks like seconds — write {value * MS_PER_S:g} for {value} s"
         )
     return value
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 from typing import get_args
 
 from pydantic import BaseModel, ValidationError
@@ -24,8 +23,8 @@ from optimizer.scenario.calibration.params import Calibration
 from optimizer.scenario.catalogue import Supply
 from optimizer.scenario.fields import accepted
 from optimizer.scenario.model import Scenario
-from optimizer.scenario.overrides import apply_overrides, is_number
-from optimizer.scenario.raw import RawScenario, load_raw
+from optimizer.scenario.overrides import is_number
+from optimizer.scenario.raw import RawScenario
 from optimizer.scenario.sections import DemandRow, MixRow
 from optimizer.scenario.tables import SECTIONS, TABLES
 
@@ -302,14 +301,6 @@ def _check_unique(seen: dict, key: tuple, i: int, raw: RawScenario, where: str, 
         raise ScenarioError(f"duplicate {where} row for {fields} {shown} (first at {first.describe()}); "
                             "expected one row per key", raw.origin("demand", part, i), field=fields.split("/")[0])
     seen[key] = i
-
-
-def load_scenario(path: str | Path | None = None, overrides: list[str] | None = None) -> tuple[Scenario, RawScenario]:
-    """File → validated `Scenario`, with the resolved raw data (for hashing and recording)."""
-    raw = load_raw(path)
-    if overrides:
-        raw = apply_overrides(raw, overrides)
-    return validate(raw), raw
 
 
 def _calibration(recorded, raw) -> Calibration:

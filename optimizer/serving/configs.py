@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.base.units import Role
+from optimizer.base.units import MS_PER_S, Role
 from optimizer.curves.batching import decode_operating_point
 from optimizer.curves.cache import cache_kv_share, p99_cached_tokens
 from optimizer.curves.lengths import LengthDistribution, service_moments
@@ -104,7 +104,7 @@ def efficiency(s: Serving, accelerator: str = "*", dtype: str = "bf16") -> Effic
         prefill_half_tokens=v["prefill_half_tokens"],
         decode_mbu=v["decode_mbu"],
         decode_mfu=v["decode_mfu"],
-        step_overhead_s=v["step_overhead_ms"] / 1e3,
+        step_overhead_s=v["step_overhead_ms"] / MS_PER_S,
         layer_overhead_s=v["layer_overhead_us"] / 1e6,
         usable_hbm_fraction=s.usable_hbm_fraction,
         workspace_bytes_per_gpu=s.workspace_gb_per_gpu * 1e9,
@@ -183,13 +183,13 @@ class ServingConfig:
         """The batching arguments of `optimizer.curves.queueing`'s wait and capacity functions."""
         if not self.prefill_batch_tokens:
             return {}
-        return {"full_prompts": self.batch_prompts, "full_pass_s": self.batch_pass_ms / 1e3}
+        return {"full_prompts": self.batch_prompts, "full_pass_s": self.batch_pass_ms / MS_PER_S}
 
     def lane_rps(self) -> float:
         """Requests/s one replica's prefill lane completes when never idle: 1/S̄, or with
         batching k_B/S_B (full passes)."""
         if self.prefill_batch_tokens and self.batch_prompts > 1.0:
-            return self.batch_prompts / (self.batch_pass_ms / 1e3)
+            return self.batch_prompts / (self.batch_pass_ms / MS_PER_S)
         return 1.0 / self.service_mean_s
 
 
@@ -238,10 +238,10 @@ def prefill_config(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving
             return None
         p99_s = p99_pass_s(r, isl, w.prompt_cache_hit_rate, w.shared_prefix_tokens, batch_tokens, w.isl_p99_tokens,
                            cached_p99)
-        batch = dict(prefill_batch_tokens=int(batch_tokens), batch_prompts=prompts, batch_pass_ms=pass_s * 1e3)
+        batch = dict(prefill_batch_tokens=int(batch_tokens), batch_prompts=prompts, batch_pass_ms=pass_s * MS_PER_S)
     return ServingConfig(
         **_base(w, a, r, "prefill", f"prefill-b{batch_tokens}" if batch_tokens else "prefill", s),
-        prefill_p99_ms=p99_s * 1e3, service_mean_s=mean_s, service_scv=scv, input_share=1.0, **batch,
+        prefill_p99_ms=p99_s * MS_PER_S, service_mean_s=mean_s, service_scv=scv, input_share=1.0, **batch,
     )
 
 
@@ -252,7 +252,7 @@ def decode_config(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving,
     shorter first step (it is in every request's TTFT)."""
     b_max = int(max_concurrency(r, w.isl_mean_tokens + w.osl_mean_tokens))
     step_of, _ = _decode_step(w, r, s, speculative)
-    b, _ = decode_operating_point(step_of, b_max, speed * w.itl_p99_ms / 1e3, s.itl_tail_factor)
+    b, _ = decode_operating_point(step_of, b_max, speed * w.itl_p99_ms / MS_PER_S, s.itl_tail_factor)
     return decode_at(w, a, r, s, speculative, b, speed) if b else None
 
 
@@ -281,7 +281,7 @@ def decode_at(w: Workload, a: Accelerator, r: Replica, s: Serving, speculative: 
     tag = ("decode+spec" if speculative else "decode") + ("" if speed == 1.0 else f"@{speed:g}")
     return ServingConfig(
         **_base(w, a, r, "decode", tag, s), speed=speed,
-        batch=batch, speculative=speculative, step_ms=step * 1e3, itl_p99_ms=s.itl_tail_factor * step * 1e3,
+        batch=batch, speculative=speculative, step_ms=step * MS_PER_S, itl_p99_ms=s.itl_tail_factor * step * MS_PER_S,
         tokens_per_step=per_step,
         decode_rps=s.decode_max_utilization * batch * per_step / (w.osl_mean_tokens * step),
         decode_tokens_per_s=batch * per_step / step, max_concurrency=b_max,
@@ -291,7 +291,7 @@ def decode_at(w: Workload, a: Accelerator, r: Replica, s: Serving, speculative: 
 def colocated_config(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving, chunk: int) -> ServingConfig | None:
     """A replica that prefills in chunks of C tokens inside its decode iterations, at the
     largest batch whose p99 iteration meets the ITL objective."""
-    b, _ = decode_operating_point(_iteration(w, r, chunk), _colocated_ceiling(w, r, s), w.itl_p99_ms / 1e3,
+    b, _ = decode_operating_point(_iteration(w, r, chunk), _colocated_ceiling(w, r, s), w.itl_p99_ms / MS_PER_S,
                                   s.itl_tail_factor)
     return colocated_at(w, m, a, r, s, chunk, b) if b else None
 
@@ -362,9 +362,9 @@ def colocated_at(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving, 
         **_base(w, a, r, "colocated", f"colocated-c{chunk}", s),
         input_share=prompt_s / (prompt_s + tokens_s),
         batch=batch, chunk_tokens=chunk,
-        prefill_p99_ms=float(service(w.isl_p99_tokens, cached_p99)[0]) * 1e3,
+        prefill_p99_ms=float(service(w.isl_p99_tokens, cached_p99)[0]) * MS_PER_S,
         service_mean_s=mean_s, service_scv=scv,
-        step_ms=iteration * 1e3, itl_p99_ms=s.itl_tail_factor * iteration * 1e3,
+        step_ms=iteration * MS_PER_S, itl_p99_ms=s.itl_tail_factor * iteration * MS_PER_S,
         decode_rps=s.decode_max_utilization * batch / (w.osl_mean_tokens * iteration),
         decode_tokens_per_s=batch / iteration, max_concurrency=_colocated_ceiling(w, r, s),
     )
@@ -420,5 +420,5 @@ def decode_floor_ms(w: Workload, m: Model, a: Accelerator, s: Serving) -> float:
         r = make_replica(m, a, s, gpus, w.weight_dtype, w.kv_dtype)
         if r is None or kv_budget_bytes(r) <= 0:
             continue
-        best = min(best, s.itl_tail_factor * float(decode_step_time_s(r, 1.0, w.isl_mean_tokens + w.osl_mean_tokens / 2)) * 1e3)
+        best = min(best, s.itl_tail_factor * float(decode_step_time_s(r, 1.0, w.isl_mean_tokens + w.osl_mean_tokens / 2)) * MS_PER_S)
     return best

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from optimizer.base.units import MS_PER_S
 from optimizer.curves.batching import batching_knee, decode_operating_point
 from optimizer.curves.economics import cost_per_million_tokens_usd
 from optimizer.curves.memory import kv_budget_bytes, max_concurrency
@@ -42,11 +43,11 @@ def operating_table(
             continue
         b_max = int(max_concurrency(r, isl + osl))
         b, step = decode_operating_point(lambda bs: decode_step_time_s(r, bs, context), b_max,
-                                         itl_ms / 1e3, serving.itl_tail_factor)
+                                         itl_ms / MS_PER_S, serving.itl_tail_factor)
         usd_per_hour = usd_per_gpu_hour * p
         tokens_per_s = b / step if b else 0.0
         knee = batching_knee(r, context, usd_per_hour, b_max)
-        prefill_ms = float(prefill_time_s(r, isl)) * 1e3
+        prefill_ms = float(prefill_time_s(r, isl)) * MS_PER_S
         row = {
             "tp": p,
             "weights_gb_per_gpu": r.weight_bytes / p / 1e9,
@@ -54,10 +55,10 @@ def operating_table(
             "max_concurrency": b_max,
             "prefill_ms": prefill_ms,
             "decode_batch": b,
-            "decode_step_ms": step * 1e3 if b else None,
+            "decode_step_ms": step * MS_PER_S if b else None,
             "decode_tokens_per_s": tokens_per_s,
             "usd_per_million_output_tokens": float(cost_per_million_tokens_usd(usd_per_hour, tokens_per_s)) if b else None,
-            "step_ms_at_batch_1": float(decode_step_time_s(r, 1, context)) * 1e3,
+            "step_ms_at_batch_1": float(decode_step_time_s(r, 1, context)) * MS_PER_S,
             "knee_batch": knee.knee_batch,
             "floor_usd_per_million_output_tokens": knee.floor_usd_per_million_tokens,
             "speculative_break_even_acceptance": _nan_to_none(break_even_acceptance(
@@ -91,5 +92,5 @@ def batch_sweep(model: Model, gpu: Accelerator, serving: Serving, tp: int, isl: 
     b_max = int(max_concurrency(r, isl + osl))
     batches = np.arange(1, max(b_max, 1) + 1)
     steps = decode_step_time_s(r, batches, isl + osl / 2.0)
-    return {"batch": batches, "step_ms": steps * 1e3, "tokens_per_s": batches / steps,
+    return {"batch": batches, "step_ms": steps * MS_PER_S, "tokens_per_s": batches / steps,
             "knee": batching_knee(r, isl + osl / 2.0, 1.0, b_max).knee_batch}
