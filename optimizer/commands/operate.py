@@ -434,3 +434,16 @@ def write_operations(ops: Operations, plan_dir) -> Path:
         write_csv(frame, d / name)
     write_text_atomic(d / "operations.json", json.dumps(ops.summary, indent=2))
     return d / "operations.csv"
+
+
+def operations_text(ops: Operations, plan_dir) -> str:
+    """A year operated: the sites' table, the cost against the plan's, the hours that went wrong."""
+    sm = ops.summary
+    return "\n".join([
+        ops.sites.to_string(index=False, float_format=lambda x: f"{x:,.4g}"),
+        f"{sm['hours']:,} hours operated in {sm['wall_seconds']:.1f} s: ${sm['total_cost_usd']:,.0f} "
+        f"({100 * sm['cost_vs_plan']:+.2f} % against the plan's ${sm['planned_total_cost_usd']:,.0f}); "
+        f"on-demand peak {sm['ondemand_nodes_peak']} nodes; hours with unserved demand {sm['hours_with_unserved']}, "
+        f"short of GPUs {sm['hours_short_of_gpus']}, over power {sm['hours_over_power']}",
+        f"written: {Path(plan_dir) / 'operations.csv'}",
+    ])
