@@ -87,10 +87,10 @@ from optimizer.commands.verify.engine import (
 )
 from optimizer.commands.verify.group import (
     Group,
+    GroupPool,
     GroupResult,
     Options,
     PlanModel,
-    Pool,
     Route,
     hist_quantile,
     simulate_group,
@@ -186,7 +186,7 @@ def plan_groups(tables: dict[str, pd.DataFrame], slices) -> list[Group]:
             routes = tuple(Route(x.metro, int(x.tier), float(x.requests_per_s), float(x.rtt_ms))
                            for x in rows.itertuples() if x.requests_per_s > 0)
             here = p[(p["site"] == site) & (p["workload"] == k)]
-            group_pools = tuple(Pool(x.role, int(x.tier), x.config, int(round(x.replicas)), float(x.requests_per_s),
+            group_pools = tuple(GroupPool(x.role, int(x.tier), x.config, int(round(x.replicas)), float(x.requests_per_s),
                                      int(getattr(x, "speed", -1)))
                                 for x in here.sort_values(["role", "tier", "config"]).itertuples())
             if routes:

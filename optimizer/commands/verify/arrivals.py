@@ -64,7 +64,7 @@ class Requests:
 
 
 @dataclass
-class Context:
+class DrawInputs:
     """What a source needs to draw a group's requests."""
 
     group: object  # the verify Group
@@ -81,7 +81,7 @@ class Context:
     rng_length: np.random.Generator
 
 
-def _cache(ctx: Context, isl: np.ndarray) -> np.ndarray:
+def _cache(ctx: DrawInputs, isl: np.ndarray) -> np.ndarray:
     w = ctx.workload
     hit = ctx.rng_length.random(len(isl)) < w.prompt_cache_hit_rate
     return np.where(hit, np.minimum(int(w.shared_prefix_tokens), isl - 1), 0).astype(np.int64)
@@ -102,7 +102,7 @@ class Poisson:
     def route_rates(self, scenario, group, routes) -> np.ndarray:
         return np.array([r.requests_per_s for r in routes]) * scenario.peak_to_mean(group.workload)
 
-    def draw(self, ctx: Context) -> Requests:
+    def draw(self, ctx: DrawInputs) -> Requests:
         opt, lam = ctx.opt, float(ctx.rates.sum())
         main = max(min(int(ctx.requests), int(math.ceil(lam * opt.cap_s))), 10)
         n_warm0 = int(math.ceil(opt.warmup_fraction * main))
@@ -201,7 +201,7 @@ class Trace:
             out[i] = (b - a) / length_s * r.requests_per_s / total
         return out
 
-    def draw(self, ctx: Context) -> Requests:
+    def draw(self, ctx: DrawInputs) -> Requests:
         group = ctx.group
         if not self.covers(group):
             req = POISSON.draw(ctx)
