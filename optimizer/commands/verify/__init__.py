@@ -77,14 +77,7 @@ from optimizer.base.errors import Origin, ScenarioError, shorten
 from optimizer.base.outputs import write_csv, write_text_atomic
 from optimizer.base.units import Role
 from optimizer.commands.verify.arrivals import POISSON
-from optimizer.commands.verify.engine import (
-    ConstantSteps,
-    InvariantError,
-    PoolSpec,
-    StepModel,
-    fifo_pool,
-    simulate_pool,
-)
+from optimizer.commands.verify.engine import fifo_pool, simulate_pool
 from optimizer.commands.verify.group import (
     Group,
     GroupPool,
@@ -95,6 +88,8 @@ from optimizer.commands.verify.group import (
     hist_quantile,
     simulate_group,
 )
+from optimizer.commands.verify.replicas import InvariantError, PoolSpec
+from optimizer.commands.verify.steps import ConstantSteps, StepModel
 from optimizer.folder.read import read_plan, scenario_of
 from optimizer.results.latency import predict
 from optimizer.serving.configs import config_at

@@ -26,7 +26,9 @@ import numpy as np
 
 from optimizer.base.units import MS_PER_S, SECONDS_PER_HOUR, Role
 from optimizer.commands.verify.arrivals import POISSON, DrawInputs
-from optimizer.commands.verify.engine import PoolSpec, StepModel, TabulatedSteps, fifo_pool, simulate_pool
+from optimizer.commands.verify.engine import fifo_pool, simulate_pool
+from optimizer.commands.verify.replicas import PoolSpec
+from optimizer.commands.verify.steps import StepModel, TabulatedSteps
 from optimizer.curves.cache import cache_kv_share
 from optimizer.curves.lengths import LengthDistribution
 from optimizer.curves.memory import kv_budget_bytes, kv_replication
