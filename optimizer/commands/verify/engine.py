@@ -21,6 +21,8 @@ import numpy as np
 
 from optimizer.commands.verify.replicas import INF, PoolSim, PoolSpec
 
+ENGINE = "own event loop"  # what verify's summary names as its engine
+
 # ---------------------------------------------------------------------------- FIFO pool
 
 
