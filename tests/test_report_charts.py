@@ -17,7 +17,7 @@ from matplotlib.path import Path as Outline
 
 from optimizer.commands.report import charts
 from optimizer.commands.report import formatting as f
-from optimizer.commands.report.folder import read_folder
+from optimizer.commands.report.folder import read_plan_folder
 from optimizer.commands.report.land import LAND_FILE, decode_arcs, load_land, ring
 from optimizer.commands.report.maps import flows_data, metros_data, sites_data
 from optimizer.commands.report.opening import commitment_data, ondemand_data
@@ -25,7 +25,7 @@ from optimizer.commands.report.opening import commitment_data, ondemand_data
 
 @pytest.fixture(scope="module")
 def folder(report_plan):
-    return read_folder(report_plan)
+    return read_plan_folder(report_plan)
 
 
 @pytest.fixture(scope="module")
