@@ -23,6 +23,7 @@ from optimizer.base.outputs import (
     save_png,
     terminate_as_interrupt,
 )
+from optimizer.base.units import DAYS_PER_YEAR
 from optimizer.cli import arguments as flags
 from optimizer.cli.arguments import Parser
 from optimizer.cli.inputs import (
@@ -331,7 +332,7 @@ def cmd_demand(args) -> int:
     else:
         raise ScenarioError("give the request logs: --from-trace [WORKLOAD=]FILE …, or a scenario with a traces "
                             "section", field="--from-trace")
-    derived = derive(specs, 365 / len(s.horizon.periods))
+    derived = derive(specs, DAYS_PER_YEAR / len(s.horizon.periods))
     for w in derived.warnings:
         print(f"warning: {w}", file=sys.stderr)
     out = None

@@ -49,7 +49,7 @@ import pandas as pd
 from optimizer.base.contracts import COMMITTED_CATEGORIES, COST_COLUMNS
 from optimizer.base.errors import Origin, ScenarioError
 from optimizer.base.outputs import write_csv, write_text_atomic
-from optimizer.base.units import HOURS_PER_YEAR, SECONDS_PER_HOUR, Role
+from optimizer.base.units import HOURS_PER_DAY, HOURS_PER_YEAR, SECONDS_PER_HOUR, Role
 from optimizer.folder.read import read_plan, scenario_of
 from optimizer.geography.network import build_graph, rtt_matrix
 from optimizer.instance.build import Instance, build_instance
@@ -83,7 +83,7 @@ def calendar(s: Scenario, inst: Instance) -> pd.DataFrame:
     the day's position in its period."""
     slice_of = {(r.period, r.day_type, r.hour): t for t, r in inst.slices.iterrows()}
     planned = sorted(inst.slices["hour"].unique())
-    nearest = {h: min(planned, key=lambda p: min(abs(p - h), 24 - abs(p - h))) for h in range(24)}
+    nearest = {h: min(planned, key=lambda p: min(abs(p - h), HOURS_PER_DAY - abs(p - h))) for h in range(HOURS_PER_DAY)}
     shares = [(d.id, d.share) for d in s.horizon.day_types]
     rows = []
     day = 0
@@ -93,7 +93,7 @@ def calendar(s: Scenario, inst: Instance) -> pd.DataFrame:
         for i in range(days):
             dt = max(shares, key=lambda x: (i + 1) * x[1] - counts[x[0]])[0]
             counts[dt] += 1
-            for h in range(24):
+            for h in range(HOURS_PER_DAY):
                 rows.append((day, period.id, dt, h, slice_of[(period.id, dt, nearest[h])], (i + 0.5) / days))
             day += 1
     return pd.DataFrame(rows, columns=["day", "period", "day_type", "utc_hour", "slice", "period_position"])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import pandas as pd
 
 from optimizer.base.contracts import COST_COLUMNS, TERMS
+from optimizer.base.units import HOURS_PER_DAY
 from optimizer.commands.report import formatting as f
 from optimizer.commands.report.charts import cost_per_token_data, provisioning_data
 from optimizer.commands.report.folder import MissingInput, PlanFolder
@@ -82,7 +83,7 @@ def _when(prov: pd.DataFrame) -> str:
         return "never in the planned hours"
     planned = sorted(prov["hour"].unique())
     hours = sorted(rented["hour"].unique())
-    if len(planned) == 24:
+    if len(planned) == HOURS_PER_DAY:
         spans = ", ".join(f"{a:02d}:00–{b + 1:02d}:00" for a, b in f.ranges(hours, wrap=24))
     else:
         spans = ", ".join(f"{h:02d}:00" for h in hours) + " (planned hours)"

@@ -44,8 +44,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from optimizer.base.units import HOURS_PER_DAY, SECONDS_PER_HOUR
+
 NS = 1_000_000_000
-WINDOW_S = 3600.0
+WINDOW_S = SECONDS_PER_HOUR
+HOUR_NS = int(SECONDS_PER_HOUR) * NS  # log times are integer nanoseconds
+DAY_NS = HOURS_PER_DAY * HOUR_NS
 MIN_HOUR_COVER_S = 1800.0
 JITTER_GAPS = 10.0
 
@@ -139,11 +143,11 @@ class Stream:
         [a, b) of its requests, its start (ns) and its length (s)."""
         t = self.t_ns
         first, last = int(t[0]), int(t[-1])
-        day0 = first // (86400 * NS)
+        day0 = first // DAY_NS
         best = None
-        for day in range(day0, last // (86400 * NS) + 1):
-            lo = max((day * 86400 + utc_hour * 3600) * NS, first)
-            hi = min((day * 86400 + (utc_hour + 1) * 3600) * NS, last + 1)
+        for day in range(day0, last // DAY_NS + 1):
+            lo = max(day * DAY_NS + utc_hour * HOUR_NS, first)
+            hi = min(day * DAY_NS + (utc_hour + 1) * HOUR_NS, last + 1)
             if hi - lo >= MIN_HOUR_COVER_S * NS:
                 a, b = np.searchsorted(t, [lo, hi])
                 if b > a and (best is None or b - a > best[1] - best[0]):
