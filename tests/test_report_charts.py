@@ -289,7 +289,7 @@ def test_money_is_never_scientific_and_reads_back_within_half_a_percent(x):
 
 def test_tables_escape_and_align():
     frame = pd.DataFrame({"site": ["<b>x</b>"], "usd": [1234567.0]})
-    html = f.table(frame, [f.Column("site", "site"), f.Column("usd", "cost", f.usd, True)])
+    html = f.table(frame, [f.TableColumn("site", "site"), f.TableColumn("usd", "cost", f.usd, True)])
     assert "&lt;b&gt;x&lt;/b&gt;" in html and '<td class="num">$1.23 M</td>' in html
     assert "e+" not in html
 
