@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from optimizer.commands.verify import PoolSpec, StepModel, fifo_pool, simulate_pool, verify_plan
-from optimizer.commands.verify.engine import TabulatedSteps
+from optimizer.commands.verify.steps import TabulatedSteps
 from optimizer.curves.lengths import LengthDistribution
 from optimizer.curves.memory import kv_budget_bytes
 from optimizer.scenario import load_scenario

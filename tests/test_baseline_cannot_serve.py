@@ -15,7 +15,7 @@ from small import SMALL
 
 from optimizer.cli.main import main
 from optimizer.commands.report import charts
-from optimizer.commands.report.folder import read_folder
+from optimizer.commands.report.folder import read_plan_folder
 from optimizer.commands.report.opening import opening_html
 from optimizer.results.summary import against_baseline
 
@@ -44,7 +44,7 @@ def test_the_small_scenario_says_the_baseline_cannot_serve_it(small_plan, capsys
     assert summary["baseline_cannot_serve"]["chat"] in said[0]
     assert summary["unserved_fraction"] == 0  # the plan itself serves everything
 
-    folder = read_folder(out)
+    folder = read_plan_folder(out)
     opening = html.unescape(opening_html(folder))
     assert "The hand-made baseline cannot serve chat: on h100-sxm" in opening
     assert "less than the hand-made baseline" not in opening

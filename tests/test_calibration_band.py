@@ -17,7 +17,7 @@ from optimizer.cli.main import main
 from optimizer.commands.calibrate import band
 from optimizer.commands.pipeline import make_plan
 from optimizer.commands.report import calibration as section
-from optimizer.commands.report.folder import read_folder
+from optimizer.commands.report.folder import read_plan_folder
 from optimizer.commands.report.opening import margin_words
 from optimizer.commands.report.plan_page import render
 from optimizer.folder.write import write_plan
@@ -193,7 +193,7 @@ def test_calibration_file_records_its_points_and_refuses_bad_ones(tmp_path):
 def test_the_calibration_section_recomputes_the_files_residuals(tmp_path):
     cal = banded_file(tmp_path / "band.yaml", 0.10, 0.04)
     d = write_plan(make_plan(BATCHING, [f"calibration={cal}"], exact=True), tmp_path / "plan")
-    folder = read_folder(d)
+    folder = read_plan_folder(d)
     table = section.residual_data(folder).set_index(["split", "kind"])
     # by hand: fit prefill |105/100 − 1| = 5 %; held-out prefill 10 %; fit decode 2 % and 20 %
     assert table.loc[("fit", "prefill"), "median_abs_error"] == pytest.approx(0.05)

@@ -17,7 +17,7 @@ from matplotlib.path import Path as Outline
 
 from optimizer.commands.report import charts
 from optimizer.commands.report import formatting as f
-from optimizer.commands.report.folder import read_folder
+from optimizer.commands.report.folder import read_plan_folder
 from optimizer.commands.report.land import LAND_FILE, decode_arcs, load_land, ring
 from optimizer.commands.report.maps import flows_data, metros_data, sites_data
 from optimizer.commands.report.opening import commitment_data, ondemand_data
@@ -25,7 +25,7 @@ from optimizer.commands.report.opening import commitment_data, ondemand_data
 
 @pytest.fixture(scope="module")
 def folder(report_plan):
-    return read_folder(report_plan)
+    return read_plan_folder(report_plan)
 
 
 @pytest.fixture(scope="module")
@@ -289,7 +289,7 @@ def test_money_is_never_scientific_and_reads_back_within_half_a_percent(x):
 
 def test_tables_escape_and_align():
     frame = pd.DataFrame({"site": ["<b>x</b>"], "usd": [1234567.0]})
-    html = f.table(frame, [f.Column("site", "site"), f.Column("usd", "cost", f.usd, True)])
+    html = f.table(frame, [f.TableColumn("site", "site"), f.TableColumn("usd", "cost", f.usd, True)])
     assert "&lt;b&gt;x&lt;/b&gt;" in html and '<td class="num">$1.23 M</td>' in html
     assert "e+" not in html
 

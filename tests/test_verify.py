@@ -27,7 +27,8 @@ from optimizer.commands.verify import (
     verify_plan,
     write_verify,
 )
-from optimizer.commands.verify.engine import PoolSim, TabulatedSteps
+from optimizer.commands.verify.replicas import PoolSim
+from optimizer.commands.verify.steps import TabulatedSteps
 from optimizer.curves.memory import kv_budget_bytes
 from optimizer.curves.prefill_batch import pass_time_s
 from optimizer.curves.queueing import erlang_c, wait_quantile_s

@@ -49,7 +49,7 @@ import pandas as pd
 from optimizer.base.contracts import COMMITTED_CATEGORIES, COST_COLUMNS
 from optimizer.base.errors import Origin, ScenarioError
 from optimizer.base.outputs import write_csv, write_text_atomic
-from optimizer.base.units import HOURS_PER_YEAR, SECONDS_PER_HOUR, Role
+from optimizer.base.units import HOURS_PER_DAY, HOURS_PER_YEAR, SECONDS_PER_HOUR, Role
 from optimizer.folder.read import read_plan, scenario_of
 from optimizer.geography.network import build_graph, rtt_matrix
 from optimizer.instance.build import Instance, build_instance
@@ -83,7 +83,7 @@ def calendar(s: Scenario, inst: Instance) -> pd.DataFrame:
     the day's position in its period."""
     slice_of = {(r.period, r.day_type, r.hour): t for t, r in inst.slices.iterrows()}
     planned = sorted(inst.slices["hour"].unique())
-    nearest = {h: min(planned, key=lambda p: min(abs(p - h), 24 - abs(p - h))) for h in range(24)}
+    nearest = {h: min(planned, key=lambda p: min(abs(p - h), HOURS_PER_DAY - abs(p - h))) for h in range(HOURS_PER_DAY)}
     shares = [(d.id, d.share) for d in s.horizon.day_types]
     rows = []
     day = 0
@@ -93,7 +93,7 @@ def calendar(s: Scenario, inst: Instance) -> pd.DataFrame:
         for i in range(days):
             dt = max(shares, key=lambda x: (i + 1) * x[1] - counts[x[0]])[0]
             counts[dt] += 1
-            for h in range(24):
+            for h in range(HOURS_PER_DAY):
                 rows.append((day, period.id, dt, h, slice_of[(period.id, dt, nearest[h])], (i + 0.5) / days))
             day += 1
     return pd.DataFrame(rows, columns=["day", "period", "day_type", "utc_hour", "slice", "period_position"])
@@ -434,3 +434,16 @@ def write_operations(ops: Operations, plan_dir) -> Path:
         write_csv(frame, d / name)
     write_text_atomic(d / "operations.json", json.dumps(ops.summary, indent=2))
     return d / "operations.csv"
+
+
+def operations_text(ops: Operations, plan_dir) -> str:
+    """A year operated: the sites' table, the cost against the plan's, the hours that went wrong."""
+    sm = ops.summary
+    return "\n".join([
+        ops.sites.to_string(index=False, float_format=lambda x: f"{x:,.4g}"),
+        f"{sm['hours']:,} hours operated in {sm['wall_seconds']:.1f} s: ${sm['total_cost_usd']:,.0f} "
+        f"({100 * sm['cost_vs_plan']:+.2f} % against the plan's ${sm['planned_total_cost_usd']:,.0f}); "
+        f"on-demand peak {sm['ondemand_nodes_peak']} nodes; hours with unserved demand {sm['hours_with_unserved']}, "
+        f"short of GPUs {sm['hours_short_of_gpus']}, over power {sm['hours_over_power']}",
+        f"written: {Path(plan_dir) / 'operations.csv'}",
+    ])

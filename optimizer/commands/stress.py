@@ -345,3 +345,9 @@ def write_stress(result: StressResult, plan_dir) -> Path:
     write_csv(result.table, d / "stress.csv")
     write_text_atomic(d / "stress.json", json.dumps(result.summary, indent=2, default=str))
     return d / "stress.csv"
+
+
+def stress_text(result, plan_dir) -> str:
+    """The stressed plan's table and the file written."""
+    return "\n".join([result.table.to_string(index=False, float_format=lambda x: f"{x:,.4g}"),
+                      f"written: {Path(plan_dir) / 'stress.csv'}"])

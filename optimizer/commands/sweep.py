@@ -343,3 +343,15 @@ def _dask(batches: list[list[RunSpec]], workers: int, scheduler: str | None):
         client.close()
         if cluster is not None:
             cluster.close()
+
+
+def sweep_text(table: pd.DataFrame, vary: dict[str, list], out) -> str:
+    """The runs of a sweep in ``out`` (its inputs, status, cost, gap, time) and the files written."""
+    cols = ["run_id", *vary, "status", "total_cost_usd", "cost_per_million_tokens_usd", "mip_gap", "wall_seconds"]
+    shown = table[[c for c in cols if c in table]]
+    return "\n".join([
+        shown.to_string(index=False, float_format=lambda x: f"{x:,.4g}"),
+        f"{len(table)} runs → {Path(out) / 'sweep.csv'} and sweep.parquet"
+        + (f", tornado chart {Path(out) / 'tornado.png'}" if (Path(out) / "tornado.png").exists() else "")
+        + f", report {Path(out) / 'sweep.html'}",
+    ])

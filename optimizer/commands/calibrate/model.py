@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from optimizer.base.errors import Origin, ScenarioError, unknown_id_message
+from optimizer.base.units import MS_PER_S
 from optimizer.curves.memory import kv_budget_bytes
 from optimizer.curves.roofline import decode_step_time_s, prefill_time_s
 from optimizer.scenario import Serving, load_scenario
@@ -60,7 +61,7 @@ def mean_running_batch(table: pd.DataFrame) -> np.ndarray:
     """e2e rows: b̄ = output tokens/s ÷ replicas × ITL p50 (s), at least 1."""
     replicas = table["gpus"].to_numpy(float) / (table["tp"].to_numpy(float) * table["pp"].to_numpy(float))
     per_replica = table["throughput_tokens_per_s"].to_numpy(float) / replicas
-    return np.maximum(per_replica * table["itl_p50_ms"].to_numpy(float) / 1e3, 1.0)
+    return np.maximum(per_replica * table["itl_p50_ms"].to_numpy(float) / MS_PER_S, 1.0)
 
 
 def measured_ms(table: pd.DataFrame) -> np.ndarray:
@@ -83,7 +84,7 @@ def _predict_group(rows: pd.DataFrame, key: tuple, serving: Serving, catalogue: 
     else:
         context = rows["prompt_tokens"].to_numpy(float) + rows["output_tokens"].to_numpy(float) / 2.0
         seconds = decode_step_time_s(r, mean_running_batch(rows), context)
-    return np.asarray(seconds, dtype=float) * 1e3
+    return np.asarray(seconds, dtype=float) * MS_PER_S
 
 
 def predict_ms(table: pd.DataFrame, serving: Serving, catalogue: Catalogue | None = None) -> np.ndarray:

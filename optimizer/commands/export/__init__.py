@@ -13,7 +13,7 @@ Self-contained: it reads plan folders through `optimizer.folder.read` only.
 from __future__ import annotations
 
 from optimizer.commands.export.bounds import bounds_table
-from optimizer.commands.export.common import Context
+from optimizer.commands.export.common import ExportJob
 from optimizer.commands.export.fleet import read_fleet
 from optimizer.commands.export.write import FORMATS, render, site_bounds, write_export
 
@@ -27,7 +27,7 @@ def export_plan(plan_dir, fmt: str, out, *, slice_text: str | None = None, model
 
     fleet = read_fleet(plan_dir)
     t = parse_slice(slice_text, fleet) if slice_text else fleet.busiest_slice()
-    ctx = Context(fleet, t, bounds_table(fleet), dict(model_repos or {}), dict(infra or {}), strict)
+    ctx = ExportJob(fleet, t, bounds_table(fleet), dict(model_repos or {}), dict(infra or {}), strict)
     try:
         files = {**render(ctx, fmt), **site_bounds(ctx)}
         if from_plan is not None:
@@ -41,7 +41,7 @@ def export_plan(plan_dir, fmt: str, out, *, slice_text: str | None = None, model
     return write_export(files, meta, out), ctx
 
 
-def _rollout_files(old, ctx: Context, fmt: str) -> dict[str, str]:
+def _rollout_files(old, ctx: ExportJob, fmt: str) -> dict[str, str]:
     """rollout.csv and, per step that changes pools, the manifests of the fleet after it and
     their bounds.csv, each pool pinned to its step's replicas (floor = ceiling) while the
     rollout runs."""
@@ -66,7 +66,7 @@ def _rollout_files(old, ctx: Context, fmt: str) -> dict[str, str]:
         pools = rollout.fleet_at(both, step.replicas, t)
         pinned = bounds_table(replace(new, pools=pools, slices=[t]))
         pinned["floor"] = pinned["ceiling"] = pinned["replicas"]
-        step_ctx = Context(replace(new, pools=pools, slices=[t]), t, pinned, ctx.model_repos, ctx.infra, ctx.strict)
+        step_ctx = ExportJob(replace(new, pools=pools, slices=[t]), t, pinned, ctx.model_repos, ctx.infra, ctx.strict)
         step_files = {**render(step_ctx, fmt), **site_bounds(step_ctx)}
         files.update({f"steps/{i}-{step.name}/{rel}": text for rel, text in step_files.items()})
     return files

@@ -16,13 +16,13 @@ import pandas as pd
 from optimizer.base.errors import Origin, ScenarioError
 from optimizer.base.units import Role
 from optimizer.commands.export.bounds import bounds_at
-from optimizer.commands.export.fleet import ANNOTATION, GPU_RESOURCES, Fleet, Pool, Slice, model_repo
+from optimizer.commands.export.fleet import ANNOTATION, GPU_RESOURCES, Fleet, ServingPool, Slice, model_repo
 
 BOUNDS_FILE = "bounds.csv"
 
 
 @dataclass
-class Context:
+class ExportJob:
     """One export: the fleet, the slice whose replicas the manifests carry, the bounds."""
 
     fleet: Fleet
@@ -36,33 +36,33 @@ class Context:
     def __post_init__(self):
         self._at = bounds_at(self.bounds, self.slice)
 
-    def replicas(self, p: Pool) -> int:
+    def replicas(self, p: ServingPool) -> int:
         return p.replicas.get(self.slice, 0)
 
-    def floor(self, p: Pool) -> int:
+    def floor(self, p: ServingPool) -> int:
         return self._at[p.key][0]
 
-    def ceiling(self, p: Pool) -> int:
+    def ceiling(self, p: ServingPool) -> int:
         return self._at[p.key][1]
 
-    def repo(self, p: Pool) -> str:
+    def repo(self, p: ServingPool) -> str:
         return model_repo(p.model, self.model_repos)
 
     def slice_text(self) -> str:
         return "/".join(str(x) for x in self.slice)
 
 
-def labels(p: Pool) -> dict[str, str]:
+def labels(p: ServingPool) -> dict[str, str]:
     return {f"{ANNOTATION}site": p.site, f"{ANNOTATION}workload": p.workload}
 
 
-def annotations(p: Pool, ctx: Context) -> dict[str, str]:
+def annotations(p: ServingPool, ctx: ExportJob) -> dict[str, str]:
     return {f"{ANNOTATION}config": p.config, f"{ANNOTATION}tier": str(p.tier), f"{ANNOTATION}speed": str(p.speed),
             f"{ANNOTATION}accelerator": p.gpu, f"{ANNOTATION}slice": ctx.slice_text(),
             f"{ANNOTATION}bounds": BOUNDS_FILE}
 
 
-def gpu_resource(p: Pool, ctx: Context) -> str:
+def gpu_resource(p: ServingPool, ctx: ExportJob) -> str:
     vendor = ctx.fleet.scenario.accelerators[p.gpu].vendor
     if vendor not in GPU_RESOURCES:
         raise ScenarioError(f"no Kubernetes GPU resource is known for vendor '{vendor}' of accelerator {p.gpu} "
@@ -70,7 +70,7 @@ def gpu_resource(p: Pool, ctx: Context) -> str:
     return GPU_RESOURCES[vendor]
 
 
-def vllm_args(p: Pool, ctx: Context) -> list[str]:
+def vllm_args(p: ServingPool, ctx: ExportJob) -> list[str]:
     """vLLM engine arguments of the pool's replicas: the model, TP and, for a replica over
     several nodes, data parallelism across them with expert parallelism (`fleet.engine`)."""
     args = ["--model", ctx.repo(p), "--tensor-parallel-size", str(p.tp)]

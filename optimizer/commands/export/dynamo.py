@@ -27,15 +27,15 @@ Fields and where they come from (CRD paths of the vendored schemas):
 from __future__ import annotations
 
 from optimizer.base.units import Role
-from optimizer.commands.export.common import Context, Running, annotations, gpu_resource, labels, pool_from, vllm_args
-from optimizer.commands.export.fleet import ANNOTATION, NODE_LABEL, Deployment, Pool, dns_name
+from optimizer.commands.export.common import ExportJob, Running, annotations, gpu_resource, labels, pool_from, vllm_args
+from optimizer.commands.export.fleet import ANNOTATION, NODE_LABEL, Deployment, ServingPool, dns_name
 
 API = "nvidia.com/v1alpha1"
 IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.8.0"  # the runtime image of the profiler's sample DGDR
 WORKER_FLAG = {Role.PREFILL: "--is-prefill-worker", Role.DECODE: "--is-decode-worker"}
 
 
-def _worker(p: Pool, ctx: Context) -> dict:
+def _worker(p: ServingPool, ctx: ExportJob) -> dict:
     args = vllm_args(p, ctx) + ([WORKER_FLAG[p.role]] if p.role in WORKER_FLAG else [])
     limits = {"gpu": str(p.gpus_per_node)}
     resource = gpu_resource(p, ctx)
@@ -53,7 +53,7 @@ def _worker(p: Pool, ctx: Context) -> dict:
     return svc
 
 
-def _adapter(dep: Deployment, p: Pool, ctx: Context) -> dict:
+def _adapter(dep: Deployment, p: ServingPool, ctx: ExportJob) -> dict:
     policy = {"minReplicas": ctx.floor(p)}
     if ctx.ceiling(p) >= 1:
         policy["maxReplicas"] = ctx.ceiling(p)
@@ -63,7 +63,7 @@ def _adapter(dep: Deployment, p: Pool, ctx: Context) -> dict:
                      "scalingPolicy": policy}}
 
 
-def _server_ttft_ms(dep: Deployment, ctx: Context) -> float:
+def _server_ttft_ms(dep: Deployment, ctx: ExportJob) -> float:
     w = ctx.fleet.scenario.workloads[dep.workload]
     slo = ctx.fleet.slo
     rows = slo[(slo["site"] == dep.site) & (slo["workload"] == dep.workload)]
@@ -71,7 +71,7 @@ def _server_ttft_ms(dep: Deployment, ctx: Context) -> float:
     return round(w.ttft_p99_ms - spent, 1)
 
 
-def _request(dep: Deployment, ctx: Context) -> dict:
+def _request(dep: Deployment, ctx: ExportJob) -> dict:
     w = ctx.fleet.scenario.workloads[dep.workload]
     workers = dep.pools
     planner = {"minEndpoint": min(ctx.floor(p) for p in workers)}
@@ -86,7 +86,7 @@ def _request(dep: Deployment, ctx: Context) -> dict:
                      "profilingConfig": {"profilerImage": IMAGE, "config": {"sla": sla, "planner": planner}}}}
 
 
-def render(dep: Deployment, ctx: Context) -> list[tuple[str, dict]]:
+def render(dep: Deployment, ctx: ExportJob) -> list[tuple[str, dict]]:
     """(kind, document) of one deployment's manifest: the graph, its adapters, its request."""
     services = {"Frontend": {"componentType": "frontend", "replicas": 1,
                              "extraPodSpec": {"mainContainer": {"name": "main", "image": IMAGE}}}}

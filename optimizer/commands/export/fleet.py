@@ -55,7 +55,7 @@ def dns_name(*parts) -> str:
 
 
 @dataclass(frozen=True)
-class Pool:
+class ServingPool:
     """One pool of a plan: its key in pools.csv, its engine and its replicas per slice."""
 
     site: str
@@ -97,14 +97,14 @@ class Deployment:
     workload: str
     kind: str  # "disaggregated" | "colocated"
     speed: int  # decode class (-1 for colocated)
-    pools: list[Pool]
+    pools: list[ServingPool]
 
     @property
     def name(self) -> str:
         cls = f"c{self.speed}" if self.kind == "disaggregated" else "colocated"
         return dns_name(self.workload, self.site, cls)
 
-    def of_role(self, role: str) -> list[Pool]:
+    def of_role(self, role: str) -> list[ServingPool]:
         return [p for p in self.pools if p.role == role]
 
 
@@ -114,7 +114,7 @@ class Fleet:
 
     plan_dir: Path
     scenario: object  # the validated Scenario
-    pools: list[Pool]
+    pools: list[ServingPool]
     slices: list[Slice]
     procurement: pd.DataFrame
     slo: pd.DataFrame
@@ -164,7 +164,7 @@ def read_fleet(plan_dir) -> Fleet:
                                f"pools.csv {config} gpus_per_replica")
         replicas = {(r.period, r.day_type, int(r.hour)): int(r.replicas)
                     for r in rows.itertuples() if int(r.replicas) > 0}
-        pools.append(Pool(site, workload, int(tier), role, int(speed), gpu, config, w.model, gpus, tp, nodes, ep,
+        pools.append(ServingPool(site, workload, int(tier), role, int(speed), gpu, config, w.model, gpus, tp, nodes, ep,
                           replicas))
     return Fleet(d, s, pools, slices, plan.tables["procurement"], plan.tables["slo"])
 

@@ -30,13 +30,13 @@ from __future__ import annotations
 
 from optimizer.base.errors import ScenarioError
 from optimizer.base.units import Role
-from optimizer.commands.export.common import Context, Running, annotations, gpu_resource, labels, pool_from, role_of
-from optimizer.commands.export.fleet import NODE_LABEL, Deployment, Pool, dns_name
+from optimizer.commands.export.common import ExportJob, Running, annotations, gpu_resource, labels, pool_from, role_of
+from optimizer.commands.export.fleet import NODE_LABEL, Deployment, ServingPool, dns_name
 
 API = "serving.kserve.io/v1alpha2"
 
 
-def _workload(p: Pool, ctx: Context) -> dict:
+def _workload(p: ServingPool, ctx: ExportJob) -> dict:
     parallelism = {"tensor": p.tp}
     if p.nodes > 1:
         parallelism.update(data=p.nodes, expert=True)
@@ -52,14 +52,14 @@ def _workload(p: Pool, ctx: Context) -> dict:
     return out
 
 
-def _idle(p: Pool, ctx: Context) -> dict:
+def _idle(p: ServingPool, ctx: ExportJob) -> dict:
     """A decode workload of 0 replicas beside a service that carries only a prefill pool."""
     return {"replicas": 0, "parallelism": {"tensor": p.tp},
             "template": {"containers": [{"name": "main", "resources": {"limits": {gpu_resource(p, ctx): str(p.gpus_per_node)}}}],
                          "nodeSelector": {NODE_LABEL: p.gpu}}}
 
 
-def check_kv_transfer(dep: Deployment, ctx: Context) -> None:
+def check_kv_transfer(dep: Deployment, ctx: ExportJob) -> None:
     for pre in dep.of_role(Role.PREFILL):
         for dec in dep.of_role(Role.DECODE):
             if dec.tp % pre.tp:
@@ -71,7 +71,7 @@ def check_kv_transfer(dep: Deployment, ctx: Context) -> None:
                     ctx.warnings.append(text)
 
 
-def render(dep: Deployment, ctx: Context) -> list[tuple[str, dict]]:
+def render(dep: Deployment, ctx: ExportJob) -> list[tuple[str, dict]]:
     check_kv_transfer(dep, ctx)
     decode = dep.of_role(Role.DECODE) or dep.of_role(Role.COLOCATED)
     prefill = dep.of_role(Role.PREFILL)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from optimizer.base.errors import Origin, ScenarioError
-from optimizer.commands.export.fleet import POOL_KEY, Fleet, Pool, Slice
+from optimizer.commands.export.fleet import POOL_KEY, Fleet, ServingPool, Slice
 
 STEPS = ("scale-up", "switch-routing", "scale-down")
 
@@ -73,12 +73,12 @@ def table(old: Fleet, new: Fleet, t: Slice, plan: list[Step]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def fleet_at(fleet_pools: list[Pool], replicas: dict[tuple, int], t: Slice) -> list[Pool]:
+def fleet_at(fleet_pools: list[ServingPool], replicas: dict[tuple, int], t: Slice) -> list[ServingPool]:
     """The pools of both plans with the replicas of one step in slice ``t`` (for its manifests)."""
     out, seen = [], set()
     for p in fleet_pools:
         if p.key in seen or p.key not in replicas:
             continue
         seen.add(p.key)
-        out.append(Pool(**{**{f: getattr(p, f) for f in p.__dataclass_fields__}, "replicas": {t: replicas[p.key]}}))
+        out.append(ServingPool(**{**{f: getattr(p, f) for f in p.__dataclass_fields__}, "replicas": {t: replicas[p.key]}}))
     return out

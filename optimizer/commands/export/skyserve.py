@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from optimizer.base.errors import ScenarioError
 from optimizer.base.units import Role
-from optimizer.commands.export.common import Context, Running, annotations, labels, pool_from, vllm_args
-from optimizer.commands.export.fleet import ANNOTATION, Deployment, Pool, dns_name
+from optimizer.commands.export.common import ExportJob, Running, annotations, labels, pool_from, vllm_args
+from optimizer.commands.export.fleet import ANNOTATION, Deployment, ServingPool, dns_name
 
 PORT = 8000
 # SkyPilot's accelerator names for the catalogue's accelerators (`sky show-gpus`)
@@ -33,7 +33,7 @@ def _env_name(key: str) -> str:
     return ENV + key.removeprefix(ANNOTATION).upper()
 
 
-def _service(dep: Deployment, p: Pool, ctx: Context) -> dict:
+def _service(dep: Deployment, p: ServingPool, ctx: ExportJob) -> dict:
     if p.role != Role.COLOCATED:
         raise ScenarioError(f"pool {p.config} at {p.site} is a {p.role} pool; SkyServe runs one kind of replica per "
                             "service, with no prefill/decode roles — export this plan to dynamo, llm-d or "
@@ -56,7 +56,7 @@ def _service(dep: Deployment, p: Pool, ctx: Context) -> dict:
     return doc
 
 
-def render(dep: Deployment, ctx: Context) -> list[tuple[str, dict]]:
+def render(dep: Deployment, ctx: ExportJob) -> list[tuple[str, dict]]:
     return [("SkyServe service", _service(dep, p, ctx)) for p in dep.pools]
 
 

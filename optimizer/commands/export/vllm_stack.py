@@ -20,14 +20,14 @@ from __future__ import annotations
 
 from optimizer.base.errors import ScenarioError
 from optimizer.base.units import Role
-from optimizer.commands.export.common import Context, Running, annotations, gpu_resource, labels, pool_from, role_of
-from optimizer.commands.export.fleet import ANNOTATION, NODE_LABEL, Deployment, Pool
+from optimizer.commands.export.common import ExportJob, Running, annotations, gpu_resource, labels, pool_from, role_of
+from optimizer.commands.export.fleet import ANNOTATION, NODE_LABEL, Deployment, ServingPool
 
 REPOSITORY, TAG = "vllm/vllm-openai", "latest"  # the chart's default serving-engine image
 KV_ROLE = {Role.PREFILL: ("kv_producer", "sender"), Role.DECODE: ("kv_consumer", "receiver")}
 
 
-def _model_spec(p: Pool, ctx: Context) -> dict:
+def _model_spec(p: ServingPool, ctx: ExportJob) -> dict:
     if p.nodes > 1:
         raise ScenarioError(f"pool {p.config} at {p.site} runs replicas over {p.nodes} nodes; the production-stack "
                             "chart does that only as a Ray cluster (raySpec), which fleetplan does not write",
@@ -47,7 +47,7 @@ def _model_spec(p: Pool, ctx: Context) -> dict:
     return spec
 
 
-def render(dep: Deployment, ctx: Context) -> list[tuple[str, dict]]:
+def render(dep: Deployment, ctx: ExportJob) -> list[tuple[str, dict]]:
     logic = "disaggregated_prefill" if dep.kind == "disaggregated" else "roundrobin"
     return [("production-stack values", {"servingEngineSpec": {"modelSpec": [_model_spec(p, ctx) for p in dep.pools]},
                                          "routerSpec": {"enableRouter": True, "routingLogic": logic}})]

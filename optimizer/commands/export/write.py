@@ -19,7 +19,7 @@ import yaml
 
 from optimizer.base.outputs import FolderKind, folder_target, replace_folder, spreadsheet_safe, temp_sibling
 from optimizer.commands.export import dynamo, llmd, skyserve, vllm_stack
-from optimizer.commands.export.common import BOUNDS_FILE, Context
+from optimizer.commands.export.common import BOUNDS_FILE, ExportJob
 from optimizer.commands.export.validate import check
 
 FORMATS = {"dynamo": dynamo, "llm-d": llmd, "vllm-stack": vllm_stack, "skyserve": skyserve}
@@ -46,7 +46,7 @@ def _dump(docs: list[dict]) -> str:
     return "---\n".join(yaml.safe_dump(d, sort_keys=False, default_flow_style=False) for d in docs)
 
 
-def render(ctx: Context, fmt: str) -> dict[str, str]:
+def render(ctx: ExportJob, fmt: str) -> dict[str, str]:
     """Relative path → text of every manifest, each validated against its schema."""
     module = FORMATS[fmt]
     out: dict[str, str] = {}
@@ -62,7 +62,7 @@ def render(ctx: Context, fmt: str) -> dict[str, str]:
     return out
 
 
-def site_bounds(ctx: Context) -> dict[str, str]:
+def site_bounds(ctx: ExportJob) -> dict[str, str]:
     """Relative path → bounds.csv text of each site."""
     names = {p.key: p.name for p in ctx.fleet.pools}
     table = ctx.bounds.copy()

@@ -17,7 +17,7 @@ import pandas as pd
 from optimizer.commands.report import formatting as f
 from optimizer.commands.report.drawing import Axes, Chart, scatter
 from optimizer.commands.report.folder import MissingInput, PlanFolder
-from optimizer.commands.report.formatting import Column, esc
+from optimizer.commands.report.formatting import TableColumn, esc
 from optimizer.commands.report.html import chart_html
 
 TEN_PERCENT = (1.0, 1.1, 1 / 1.1)
@@ -73,15 +73,15 @@ def plot(folder: PlanFolder) -> Chart:
     return Chart(data.drop(columns=["series", "held_out", "hover"]), static, fig)
 
 
-RESIDUAL_COLUMNS = [Column("split", "split"), Column("table", "table"), Column("kind", "kind"),
-                    Column("points", "points", f.count, True),
-                    Column("median_abs_error", "median error", f.pct, True),
-                    Column("p90_abs_error", "p90 error", f.pct, True),
-                    Column("median_ratio", "median predicted / measured", lambda x: f"{x:.3f}", True)]
-BAND_COLUMNS = [Column("parameter_set", "parameter set"), Column("kind", "kind"),
-                Column("points", "points fitted", f.count, True),
-                Column("median_abs_error", "median error", f.pct, True),
-                Column("p90_abs_error", "p90 error (the band)", f.pct, True)]
+RESIDUAL_COLUMNS = [TableColumn("split", "split"), TableColumn("table", "table"), TableColumn("kind", "kind"),
+                    TableColumn("points", "points", f.count, True),
+                    TableColumn("median_abs_error", "median error", f.pct, True),
+                    TableColumn("p90_abs_error", "p90 error", f.pct, True),
+                    TableColumn("median_ratio", "median predicted / measured", lambda x: f"{x:.3f}", True)]
+BAND_COLUMNS = [TableColumn("parameter_set", "parameter set"), TableColumn("kind", "kind"),
+                TableColumn("points", "points fitted", f.count, True),
+                TableColumn("median_abs_error", "median error", f.pct, True),
+                TableColumn("p90_abs_error", "p90 error (the band)", f.pct, True)]
 
 
 def words(folder: PlanFolder) -> str:

@@ -13,7 +13,7 @@ from optimizer.base.outputs import write_bytes_atomic
 from optimizer.commands.compare import Comparison
 from optimizer.commands.report import formatting as f
 from optimizer.commands.report.drawing import Axes, Chart, bars
-from optimizer.commands.report.formatting import Column, esc
+from optimizer.commands.report.formatting import TableColumn, esc
 from optimizer.commands.report.html import chart_html, page, section, write_page
 
 SECTIONS = ("headline", "money", "gpus", "workloads", "routing")
@@ -84,8 +84,8 @@ def _headline_html(cmp: Comparison) -> str:
         label, fmt = HEADLINE.get(key, (key, f.number))
         rows.append({"metric": label, **{n: fmt(r[n]) for n in cmp.names},
                      **{f"change: {n}": f.pct(r[f"change: {n}"], 1, signed=True) for n in cmp.names[1:]}})
-    columns = [Column("metric", "figure")] + [Column(n, n, numeric=True) for n in cmp.names] + [
-        Column(f"change: {n}", f"{n} against {cmp.names[0]}", numeric=True) for n in cmp.names[1:]]
+    columns = [TableColumn("metric", "figure")] + [TableColumn(n, n, numeric=True) for n in cmp.names] + [
+        TableColumn(f"change: {n}", f"{n} against {cmp.names[0]}", numeric=True) for n in cmp.names[1:]]
     return f.table(pd.DataFrame(rows), columns, table_id="headline-table")
 
 
@@ -95,7 +95,7 @@ def _wide(long: pd.DataFrame, index: list[str], value: str, names: list[str]) ->
 
 def _money_html(cmp: Comparison, chart: Chart) -> str:
     wide = _wide(money_data(cmp), ["line"], "usd", cmp.names)
-    columns = [Column("line", "cost line")] + [Column(n, n, f.usd, True) for n in cmp.names]
+    columns = [TableColumn("line", "cost line")] + [TableColumn(n, n, f.usd, True) for n in cmp.names]
     total = {"line": "total", **{n: f.usd(wide[n].sum()) for n in cmp.names}}
     return chart_html(chart, "where the money goes") + f.table(wide, columns, total=total)
 
@@ -105,8 +105,8 @@ def _gpus_html(cmp: Comparison) -> str:
     wide = _wide(data, ["site", "gpu"], "gpus", cmp.names)
     for n in cmp.names[1:]:
         wide[f"change: {n}"] = wide[n] - wide[cmp.names[0]]
-    columns = ([Column("site", "site"), Column("gpu", "accelerator")] + [Column(n, n, f.count, True) for n in cmp.names]
-               + [Column(f"change: {n}", f"{n} against {cmp.names[0]}", _signed_count, True) for n in cmp.names[1:]])
+    columns = ([TableColumn("site", "site"), TableColumn("gpu", "accelerator")] + [TableColumn(n, n, f.count, True) for n in cmp.names]
+               + [TableColumn(f"change: {n}", f"{n} against {cmp.names[0]}", _signed_count, True) for n in cmp.names[1:]])
     return chart_html(gpus_chart(cmp), "GPUs by site") + f.table(wide, columns, table_id="gpus-table")
 
 
@@ -118,9 +118,9 @@ def _workloads_html(cmp: Comparison) -> str:
     frame = cmp.by_workload.copy()
     frame.columns = [f"{n}|{m}" for n, m in frame.columns]
     frame = frame.rename_axis("workload").reset_index()
-    columns = [Column("workload", "workload")]
-    columns += [Column(f"{n}|cost_usd", f"{n}: a year", f.usd, True) for n in cmp.names]
-    columns += [Column(f"{n}|cost_per_million_tokens_usd", f"{n}: per million tokens", f.usd, True) for n in cmp.names]
+    columns = [TableColumn("workload", "workload")]
+    columns += [TableColumn(f"{n}|cost_usd", f"{n}: a year", f.usd, True) for n in cmp.names]
+    columns += [TableColumn(f"{n}|cost_per_million_tokens_usd", f"{n}: per million tokens", f.usd, True) for n in cmp.names]
     return f.table(frame, columns)
 
 
@@ -131,7 +131,7 @@ def _routing_html(cmp: Comparison) -> str:
     words = (f"{f.count(len(changes))} (metro, workload) pairs are served mainly from another site"
              + (f"; the first {ROUTING_ROWS} are listed, all are in routing_changes.csv" if len(changes) > ROUTING_ROWS
                 else "") + ".")
-    columns = [Column("metro", "metro"), Column("workload", "workload")] + [Column(n, f"main site: {n}") for n in cmp.names]
+    columns = [TableColumn("metro", "metro"), TableColumn("workload", "workload")] + [TableColumn(n, f"main site: {n}") for n in cmp.names]
     return f"<p>{esc(words)}</p>" + f.table(changes.head(ROUTING_ROWS), columns, table_id="routing-table")
 
 

@@ -8,7 +8,6 @@ reach matplotlib with mathtext off (a `$` in a name would otherwise start a form
 
 from __future__ import annotations
 
-import html
 import io
 import textwrap
 from collections.abc import Sequence
@@ -21,6 +20,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import plotly.graph_objects as go  # noqa: E402
+
+from optimizer.commands.report.formatting import esc  # noqa: E402
 
 PALETTE = [matplotlib.colors.to_hex(c) for c in plt.get_cmap("tab10").colors]
 TITLE_CHARS = 100  # static titles wrap here
@@ -50,10 +51,6 @@ class Axes:
     height_in: float = 4.0
     percent: bool = False  # y (x for horizontal bars) is a fraction shown as %
     ticks: Sequence[tuple[float, str]] = ()  # explicit (position, label) ticks on x
-
-
-def esc(x) -> str:
-    return html.escape(str(x), quote=True)
 
 
 def png(fig) -> bytes:

@@ -58,7 +58,7 @@ class PlanFolder:
         return pools[pools["lost_site"].isna()] if "lost_site" in pools else pools
 
 
-def read_folder(plan_dir: str | Path) -> PlanFolder:
+def read_plan_folder(plan_dir: str | Path) -> PlanFolder:
     d = Path(plan_dir)
     plan = read_plan(d)
     problems: dict[str, str] = {}

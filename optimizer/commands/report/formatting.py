@@ -105,7 +105,7 @@ def esc(x) -> str:
 
 
 @dataclass(frozen=True)
-class Column:
+class TableColumn:
     """One column of a table: the frame's column, its heading and how its cells read."""
 
     key: str
@@ -114,7 +114,7 @@ class Column:
     numeric: bool = False
 
 
-def table(frame: pd.DataFrame, columns: Sequence[Column], *, table_id: str | None = None,
+def table(frame: pd.DataFrame, columns: Sequence[TableColumn], *, table_id: str | None = None,
           total: dict | None = None) -> str:
     """An HTML table of ``frame``'s ``columns``; numbers right-aligned and never wrapped,
     headings wrapped so the table fits the page; ``total`` adds a last row (key → cell)."""
@@ -129,7 +129,7 @@ def table(frame: pd.DataFrame, columns: Sequence[Column], *, table_id: str | Non
     return f'<div class="table-wrap"><table class="t"{ident}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
-def _cell(column: Column, value: str, extra: str = "") -> str:
+def _cell(column: TableColumn, value: str, extra: str = "") -> str:
     classes = " ".join(x for x in ("num" if column.numeric else "", extra) if x)
     return f'<td class="{classes}">{esc(value)}</td>' if classes else f"<td>{esc(value)}</td>"
 

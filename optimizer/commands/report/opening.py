@@ -13,10 +13,11 @@ from __future__ import annotations
 import pandas as pd
 
 from optimizer.base.contracts import COST_COLUMNS, TERMS
+from optimizer.base.units import HOURS_PER_DAY
 from optimizer.commands.report import formatting as f
 from optimizer.commands.report.charts import cost_per_token_data, provisioning_data
 from optimizer.commands.report.folder import MissingInput, PlanFolder
-from optimizer.commands.report.formatting import Column, esc
+from optimizer.commands.report.formatting import TableColumn, esc
 
 STATUS_WORDS = {"optimal": "proven within the {} target", "gap_above_target": "not proven within the {} target",
                 "time_limit": "the wall clock stopped the solve before it proved the {} target (the plan may differ on another machine)"}
@@ -82,7 +83,7 @@ def _when(prov: pd.DataFrame) -> str:
         return "never in the planned hours"
     planned = sorted(prov["hour"].unique())
     hours = sorted(rented["hour"].unique())
-    if len(planned) == 24:
+    if len(planned) == HOURS_PER_DAY:
         spans = ", ".join(f"{a:02d}:00–{b + 1:02d}:00" for a, b in f.ranges(hours, wrap=24))
     else:
         spans = ", ".join(f"{h:02d}:00" for h in hours) + " (planned hours)"
@@ -188,14 +189,14 @@ def latency_html(folder: PlanFolder) -> str:
     words = (f"Simulated request by request ({f.count(v.get('requests_simulated'))} requests at "
              f"{esc(', '.join(v.get('slices', [])))}): {verdict}; goodput {f.pct(v.get('goodput_fraction'), 2)} of "
              "output tokens.")
-    columns = [Column("workload", "workload"),
-               Column("ttft_p99_ms_predicted", "p99 TTFT predicted", f.ms, True),
-               Column("ttft_p99_ms_measured", "p99 TTFT measured", f.ms, True),
-               Column("ttft_p99_ms_objective", "p99 TTFT objective", f.ms, True),
-               Column("itl_p99_ms_measured", "p99 ITL measured", f.ms, True),
-               Column("itl_p99_ms_objective", "p99 ITL objective", f.ms, True),
-               Column("ttft_attainment", "TTFT attainment", lambda x: f.pct(x, 2), True),
-               Column("passes", "meets objectives", lambda x: "yes" if x else "NO")]
+    columns = [TableColumn("workload", "workload"),
+               TableColumn("ttft_p99_ms_predicted", "p99 TTFT predicted", f.ms, True),
+               TableColumn("ttft_p99_ms_measured", "p99 TTFT measured", f.ms, True),
+               TableColumn("ttft_p99_ms_objective", "p99 TTFT objective", f.ms, True),
+               TableColumn("itl_p99_ms_measured", "p99 ITL measured", f.ms, True),
+               TableColumn("itl_p99_ms_objective", "p99 ITL objective", f.ms, True),
+               TableColumn("ttft_attainment", "TTFT attainment", lambda x: f.pct(x, 2), True),
+               TableColumn("passes", "meets objectives", lambda x: "yes" if x else "NO")]
     return f"<p>{esc(words)}</p>" + (f.table(frame, columns, table_id="latency") if len(frame) else "")
 
 
@@ -274,15 +275,15 @@ def cards(folder: PlanFolder, commitment: pd.DataFrame) -> str:
         for i, v, lbl in items) + "</div>"
 
 
-COMMITMENT_COLUMNS = [Column("site", "site"), Column("gpu", "accelerator"), Column("term", "term"),
-                      Column("nodes", "nodes", f.count, True), Column("gpus", "GPUs", f.count, True),
-                      Column("usd_per_month", "a month", f.usd, True), Column("usd_per_year", "a year", f.usd, True)]
-ONDEMAND_COLUMNS = [Column("site", "site"), Column("gpu", "accelerator"),
-                    Column("peak_nodes", "most nodes at once", f.count, True),
-                    Column("node_hours", "node-hours a year", f.count, True),
-                    Column("usd_per_year", "rental a year", f.usd, True),
-                    Column("cold_start_usd_per_year", "cold starts a year", f.usd, True),
-                    Column("when", "when (UTC)")]
+COMMITMENT_COLUMNS = [TableColumn("site", "site"), TableColumn("gpu", "accelerator"), TableColumn("term", "term"),
+                      TableColumn("nodes", "nodes", f.count, True), TableColumn("gpus", "GPUs", f.count, True),
+                      TableColumn("usd_per_month", "a month", f.usd, True), TableColumn("usd_per_year", "a year", f.usd, True)]
+ONDEMAND_COLUMNS = [TableColumn("site", "site"), TableColumn("gpu", "accelerator"),
+                    TableColumn("peak_nodes", "most nodes at once", f.count, True),
+                    TableColumn("node_hours", "node-hours a year", f.count, True),
+                    TableColumn("usd_per_year", "rental a year", f.usd, True),
+                    TableColumn("cold_start_usd_per_year", "cold starts a year", f.usd, True),
+                    TableColumn("when", "when (UTC)")]
 
 
 def opening_html(folder: PlanFolder) -> str:
@@ -311,10 +312,10 @@ def _cost_per_token_html(folder: PlanFolder) -> str:
         wide = cost_per_token_table_data(folder)
     except MissingInput as exc:
         return f"<p>{esc(exc)}</p>"
-    columns = [Column("workload", "workload"), Column("model", "model"),
-               Column("plan", "plan", f.usd, True), Column("hand-made baseline", "hand-made baseline", f.usd, True),
-               Column("per-token list price", "per-token list price", f.usd, True),
-               Column("plan_over_list", "plan / list", f.pct, True),
-               Column("plan, measured goodput (verify)", "plan per goodput token (verify)", f.usd, True)]
+    columns = [TableColumn("workload", "workload"), TableColumn("model", "model"),
+               TableColumn("plan", "plan", f.usd, True), TableColumn("hand-made baseline", "hand-made baseline", f.usd, True),
+               TableColumn("per-token list price", "per-token list price", f.usd, True),
+               TableColumn("plan_over_list", "plan / list", f.pct, True),
+               TableColumn("plan, measured goodput (verify)", "plan per goodput token (verify)", f.usd, True)]
     columns = [c for c in columns if c.key in wide]
     return f.table(wide, columns, table_id="cost-per-token-table")

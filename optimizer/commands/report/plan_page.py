@@ -16,8 +16,8 @@ from optimizer.base.contracts import COST_COLUMNS, COST_LABELS, TERMS
 from optimizer.commands.report import charts
 from optimizer.commands.report import formatting as f
 from optimizer.commands.report.calibration import calibration_html, has_calibration
-from optimizer.commands.report.folder import PlanFolder, read_folder
-from optimizer.commands.report.formatting import Column, esc
+from optimizer.commands.report.folder import PlanFolder, read_plan_folder
+from optimizer.commands.report.formatting import TableColumn, esc
 from optimizer.commands.report.html import chart_html, page, section, write_page
 from optimizer.commands.report.maps import routing_map
 from optimizer.commands.report.opening import opening_html
@@ -34,22 +34,22 @@ CHARTS = {  # section id → (title, name in the navigation bar, chart function)
     "cost-per-token": ("Cost per million tokens against the baseline and list prices", "Cost per token",
                        charts.cost_per_token),
 }
-CURVE_COLUMNS = [Column("id", "serving configuration"), Column("gpus", "GPUs", f.count, True),
-                 Column("batch", "batch", f.unless_zero(f.count), True),
-                 Column("prefill_p99_ms", "prefill p99", f.unless_zero(f.ms), True),
-                 Column("step_ms", "decode step", f.unless_zero(f.ms), True),
-                 Column("itl_p99_ms", "p99 ITL", f.unless_zero(f.ms), True),
-                 Column("decode_tokens_per_s", "decode tokens/s", f.unless_zero(f.count), True),
-                 Column("kv_budget_gb", "KV budget (GB)", f.number, True),
-                 Column("max_concurrency", "max concurrency", f.unless_zero(f.count), True),
-                 Column("service_mean_ms", "mean service", f.unless_zero(f.ms), True),
-                 Column("prefill_batch_tokens", "prefill batch budget (tokens)", f.unless_zero(f.count), True)]
-PROCUREMENT_COLUMNS = [Column("site", "site", lambda x: "all sites" if x == "*" else f.text(x)), Column("gpu", "accelerator"),
-                       *(Column(t.nodes_column, t.label, f.count, True) for t in TERMS),
-                       Column("ondemand_nodes_peak", "on-demand peak", f.count, True),
-                       Column("ondemand_node_hours", "on-demand node-hours", f.count, True),
-                       *(Column(column, COST_LABELS[category], f.usd, True) for category, column in COST_COLUMNS.items()),
-                       Column("cost_usd", "total", f.usd, True)]
+CURVE_COLUMNS = [TableColumn("id", "serving configuration"), TableColumn("gpus", "GPUs", f.count, True),
+                 TableColumn("batch", "batch", f.unless_zero(f.count), True),
+                 TableColumn("prefill_p99_ms", "prefill p99", f.unless_zero(f.ms), True),
+                 TableColumn("step_ms", "decode step", f.unless_zero(f.ms), True),
+                 TableColumn("itl_p99_ms", "p99 ITL", f.unless_zero(f.ms), True),
+                 TableColumn("decode_tokens_per_s", "decode tokens/s", f.unless_zero(f.count), True),
+                 TableColumn("kv_budget_gb", "KV budget (GB)", f.number, True),
+                 TableColumn("max_concurrency", "max concurrency", f.unless_zero(f.count), True),
+                 TableColumn("service_mean_ms", "mean service", f.unless_zero(f.ms), True),
+                 TableColumn("prefill_batch_tokens", "prefill batch budget (tokens)", f.unless_zero(f.count), True)]
+PROCUREMENT_COLUMNS = [TableColumn("site", "site", lambda x: "all sites" if x == "*" else f.text(x)), TableColumn("gpu", "accelerator"),
+                       *(TableColumn(t.nodes_column, t.label, f.count, True) for t in TERMS),
+                       TableColumn("ondemand_nodes_peak", "on-demand peak", f.count, True),
+                       TableColumn("ondemand_node_hours", "on-demand node-hours", f.count, True),
+                       *(TableColumn(column, COST_LABELS[category], f.usd, True) for category, column in COST_COLUMNS.items()),
+                       TableColumn("cost_usd", "total", f.usd, True)]
 
 
 def key_figures(s: dict) -> pd.DataFrame:
@@ -74,7 +74,7 @@ def key_figures(s: dict) -> pd.DataFrame:
 
 
 def appendix_html(folder: PlanFolder) -> str:
-    columns = [Column("figure", "figure"), Column("value", "value")]
+    columns = [TableColumn("figure", "figure"), TableColumn("value", "value")]
     curves = folder.tables["curves"]
     return ("<h3>Headline figures</h3>" + f.table(key_figures(folder.summary), columns, table_id="key-figures")
             + "<h3>Serving configurations the plan uses</h3>"
@@ -84,7 +84,7 @@ def appendix_html(folder: PlanFolder) -> str:
 
 
 def render(plan_dir: str | Path) -> str:
-    folder = read_folder(plan_dir)
+    folder = read_plan_folder(plan_dir)
     s = folder.summary
     sections = [section("opening", "The answer", lambda: opening_html(folder), "The answer")]
     for sid, (title, nav, draw) in CHARTS.items():

@@ -13,7 +13,7 @@ from optimizer.base.outputs import write_bytes_atomic
 from optimizer.commands.report import formatting as f
 from optimizer.commands.report.drawing import Axes, Chart, bars, lines
 from optimizer.commands.report.folder import MissingInput
-from optimizer.commands.report.formatting import Column, esc
+from optimizer.commands.report.formatting import TableColumn, esc
 from optimizer.commands.report.html import chart_html, page, section, write_page
 
 SECTIONS = ("runs", "tornado", "curves", "table")
@@ -116,11 +116,11 @@ def cost_curve(data: pd.DataFrame, key: str) -> Chart:
 
 def _runs_html(table: pd.DataFrame, vary: dict) -> str:
     counts = table["status"].value_counts().rename_axis("status").reset_index(name="runs")
-    parts = [f.table(counts, [Column("status", "status"), Column("runs", "runs", f.count, True)], table_id="statuses")]
+    parts = [f.table(counts, [TableColumn("status", "status"), TableColumn("runs", "runs", f.count, True)], table_id="statuses")]
     failed = table[~table["status"].isin(PLANNED)]
     if len(failed):
-        columns = ([Column("run_id", "run")] + [Column(k, k, _value) for k in vary if k in failed]
-                   + [Column("status", "status"), Column("diagnosis", "why")])
+        columns = ([TableColumn("run_id", "run")] + [TableColumn(k, k, _value) for k in vary if k in failed]
+                   + [TableColumn("status", "status"), TableColumn("diagnosis", "why")])
         parts.append("<h3>Runs without a plan</h3>" + f.table(failed, columns, table_id="failed-runs"))
     return "".join(parts)
 
@@ -137,11 +137,11 @@ def _curves_html(table: pd.DataFrame, vary: dict, mode: str) -> str:
 
 
 def _table_html(table: pd.DataFrame, vary: dict) -> str:
-    columns = ([Column("run_id", "run")] + [Column(k, k, _value) for k in vary if k in table]
-               + [Column("status", "status"), Column("total_cost_usd", "cost a year", f.usd, True),
-                  Column("cost_per_million_tokens_usd", "per million tokens", f.usd, True),
-                  Column("mip_gap", "gap", lambda x: f.pct(x, 2), True),
-                  Column("wall_seconds", "seconds", f.number, True)])
+    columns = ([TableColumn("run_id", "run")] + [TableColumn(k, k, _value) for k in vary if k in table]
+               + [TableColumn("status", "status"), TableColumn("total_cost_usd", "cost a year", f.usd, True),
+                  TableColumn("cost_per_million_tokens_usd", "per million tokens", f.usd, True),
+                  TableColumn("mip_gap", "gap", lambda x: f.pct(x, 2), True),
+                  TableColumn("wall_seconds", "seconds", f.number, True)])
     return f.table(table, [c for c in columns if c.key in table], table_id="runs-table")
 
 

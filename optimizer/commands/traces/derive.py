@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from optimizer.base.errors import Origin, ScenarioError
+from optimizer.base.units import DAYS_PER_YEAR, HOURS_PER_DAY, SECONDS_PER_HOUR
 from optimizer.commands.traces.read import NS, ReadState, file_kind, iter_chunks
 from optimizer.scenario.trace_spec import TraceSpec
 
@@ -44,7 +45,8 @@ EPOCH0_S = pd.Timestamp("1990-01-01").value // NS  # seconds are keyed from here
 SECOND_BITS = 33
 LENGTH_BITS = 24  # lengths are at most MAX_TOKENS < 2**24
 MERGE_ENTRIES = 2_000_000
-HOUR_S = 3600
+HOUR_S = int(SECONDS_PER_HOUR)  # the log is binned by whole seconds: an hour and a day of them as integers
+DAY_S = HOURS_PER_DAY * HOUR_S
 MIN_LAST_STRETCH_S = 1800
 MIN_ONLY_STRETCH_S = 600
 MIN_REQUESTS_P99 = 100
@@ -228,7 +230,7 @@ class _Accumulator:
         return {"state": state, "first_ns": first, "last_ns": last}
 
 
-def derive(specs: list[TraceSpec], days_per_period: float = 365 / 4) -> Derived:
+def derive(specs: list[TraceSpec], days_per_period: float = DAYS_PER_YEAR / 4) -> Derived:
     """One streaming pass over the logs → statistics per (metro, workload) found."""
     acc = _Accumulator()
     files, warnings, label_rows = [], [], {}
@@ -336,20 +338,20 @@ def _stretches(dense: np.ndarray, start_s: int, name: str, requests: int) -> pd.
 
 
 def _hours(dense: np.ndarray, start_s: int) -> pd.DataFrame:
-    hour = ((start_s + np.arange(len(dense))) // HOUR_S) % 24
-    seconds = np.bincount(hour, minlength=24)
-    requests = np.bincount(hour, weights=dense, minlength=24)
+    hour = ((start_s + np.arange(len(dense))) // HOUR_S) % HOURS_PER_DAY
+    seconds = np.bincount(hour, minlength=HOURS_PER_DAY)
+    requests = np.bincount(hour, weights=dense, minlength=HOURS_PER_DAY)
     covered = np.flatnonzero(seconds)
     return pd.DataFrame({"utc_hour": covered, "requests": requests[covered].astype(np.int64),
                          "seconds": seconds[covered], "requests_per_s": requests[covered] / seconds[covered]})
 
 
 def _growth(dense: np.ndarray, start_s: int, days_per_period: float) -> tuple[dict | None, str]:
-    day = 86400
+    day = DAY_S
     first_day = -(-start_s // day)
     days = max((start_s + len(dense)) // day - first_day, 0)
     if days < GROWTH_MIN_DAYS:
-        span = f"{len(dense) / 3600:.2f} hours" if len(dense) < 2 * day else \
+        span = f"{len(dense) / SECONDS_PER_HOUR:.2f} hours" if len(dense) < 2 * day else \
             f"{len(dense) / day:.1f} days ({days} whole UTC days)"
         return None, f"growth not estimated: the log spans {span}; {GROWTH_MIN_DAYS} whole UTC days are needed"
     a = first_day * day - start_s

@@ -125,3 +125,22 @@ def side_by_side(poisson, trace) -> pd.DataFrame:
             "itl_attainment", "passes"]
     order = [f"{c}_{k}" for c in cols for k in ("poisson", "trace")]
     return out[order + list(objectives.columns)].reset_index()
+
+
+def verify_against_trace(plan_dir, poisson, trace, **options) -> tuple[dict, pd.DataFrame]:
+    """`verify --trace`: the plan in ``plan_dir`` verified under ``poisson`` arrivals and under
+    the log's replay ``trace`` (`verify_plan`'s ``options``); verify.csv, verify_trace.csv and
+    verify_compare.csv written, both runs recorded in summary.json. The runs and their
+    side-by-side table."""
+    from optimizer.base.outputs import write_csv
+    from optimizer.commands.verify import record_verification, verify_plan, write_verify
+
+    d = Path(plan_dir)
+    runs = {name: verify_plan(d, arrivals=arrivals, **options) for name, arrivals in (("poisson", poisson), ("trace", trace))}
+    for name, key, result in (("verify", "verification", runs["poisson"]),
+                              ("verify_trace", "verification_trace", runs["trace"])):
+        write_verify(result, d, name)
+        record_verification(result, d, key)
+    table = side_by_side(runs["poisson"], runs["trace"])
+    write_csv(table, d / "verify_compare.csv", float_format="%.6g")
+    return runs, table

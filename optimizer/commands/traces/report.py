@@ -15,7 +15,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from optimizer.commands.traces.derive import HOUR_S, Derived  # noqa: E402
+from optimizer.base.units import HOURS_PER_DAY, SECONDS_PER_HOUR  # noqa: E402
+from optimizer.commands.traces.derive import Derived  # noqa: E402
 
 MAX_PAIRS = 8
 SHOWN_HOURS = 3  # the minutes figure shows this many hours around each pair's busiest hour of the log
@@ -48,7 +49,7 @@ def day_figure(d: Derived, hourly: dict) -> bytes:
         ax.plot(h["hour"], h["requests_per_s"], "--", color=bars.patches[0].get_facecolor() if bars.patches else None,
                 lw=1, label=f"{label} (profile fill)" if (h["source"] != "log").any() else None)
     ax.set(xlabel="UTC hour", ylabel="requests/s (hour's mean)", title="the day: measured hours and filled ones",
-           xticks=range(0, 24, 2))
+           xticks=range(0, HOURS_PER_DAY, 2))
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -62,8 +63,8 @@ def minutes_figure(d: Derived) -> bytes:
     fig, axes = plt.subplots(len(pairs), 1, figsize=(10, 2.4 * len(pairs)), squeeze=False)
     for ax, pair in zip(axes[:, 0], pairs):
         busiest = pair.stretches.loc[pair.stretches["requests"].idxmax(), "start_utc"]
-        half = pd.Timedelta(seconds=HOUR_S * (SHOWN_HOURS - 1) / 2)
-        m = pair.per_minute[busiest - half: busiest + half + pd.Timedelta(seconds=HOUR_S)]
+        half = pd.Timedelta(seconds=SECONDS_PER_HOUR * (SHOWN_HOURS - 1) / 2)
+        m = pair.per_minute[busiest - half: busiest + half + pd.Timedelta(seconds=SECONDS_PER_HOUR)]
         ax.step(m.index, m.to_numpy(), where="post", lw=0.9)
         ax.axhline(m.mean(), color="0.3", ls="--", lw=1, label=f"mean {m.mean():.0f}/min")
         ax.set(ylabel="requests/min", title=f"{pair.metro} / {pair.workload}: busiest minute "

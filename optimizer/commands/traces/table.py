@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from optimizer.base.errors import ScenarioError, unknown_id_message
+from optimizer.base.units import HOURS_PER_DAY
 from optimizer.commands.traces.derive import Derived, Lengths, PairStats, hour_ranges
 from optimizer.curves.lengths import MAX_P99_OVER_MEAN
 from optimizer.geography.demand import profile_at
@@ -55,24 +56,24 @@ def log_period(pair: PairStats, s: Scenario) -> int:
 def hourly_rates(pair: PairStats, s: Scenario, fill: str = "profile") -> pd.DataFrame:
     """requests/s per UTC hour 0–23 (NaN where neither the log nor a fill gives one), with the
     source of each: "log" or "profile <name>"."""
-    rate = np.full(24, np.nan)
-    source = np.array([""] * 24, dtype=object)
+    rate = np.full(HOURS_PER_DAY, np.nan)
+    source = np.array([""] * HOURS_PER_DAY, dtype=object)
     h = pair.hours["utc_hour"].to_numpy()
     rate[h] = pair.hours["requests_per_s"].to_numpy()
     source[h] = "log"
     workload = s.workloads.get(pair.workload)
-    if fill == "profile" and workload is not None and len(h) < 24:
+    if fill == "profile" and workload is not None and len(h) < HOURS_PER_DAY:
         name = workload.diurnal_profile
-        local = np.arange(24) + s.metros[pair.metro].utc_offset_hours
+        local = np.arange(HOURS_PER_DAY) + s.metros[pair.metro].utc_offset_hours
         shape = profile_at(s.diurnal[name], local)
         seconds = pair.hours["seconds"].to_numpy()
         denominator = float((seconds * shape[h] ** 2).sum())
         if denominator > 0:
             anchor = float((seconds * pair.hours["requests_per_s"].to_numpy() * shape[h]).sum()) / denominator
-            missing = np.setdiff1d(np.arange(24), h)
+            missing = np.setdiff1d(np.arange(HOURS_PER_DAY), h)
             rate[missing] = anchor * shape[missing]
             source[missing] = f"profile {name}"
-    return pd.DataFrame({"hour": np.arange(24), "requests_per_s": rate, "source": source})
+    return pd.DataFrame({"hour": np.arange(HOURS_PER_DAY), "requests_per_s": rate, "source": source})
 
 
 def fill_note(hourly: pd.DataFrame) -> str:
@@ -80,7 +81,7 @@ def fill_note(hourly: pd.DataFrame) -> str:
     measured = hourly.loc[hourly["source"] == "log", "hour"].tolist()
     filled = hourly[(hourly["source"] != "log") & hourly["requests_per_s"].notna()]
     if filled.empty:
-        left = 24 - len(measured)
+        left = HOURS_PER_DAY - len(measured)
         return "every UTC hour from the log" if not left else f"{left} UTC hours the log does not cover have no demand"
     return (f"UTC hours {hour_ranges(filled['hour'])} filled from {filled['source'].iloc[0]}, anchored to the "
             f"log's hours {hour_ranges(measured)}")

@@ -22,6 +22,7 @@ import pandas as pd
 import yaml
 
 from optimizer.base.outputs import DEMAND, folder_target, replace_folder, temp_sibling
+from optimizer.base.units import HOURS_PER_DAY
 from optimizer.commands.traces import report
 from optimizer.commands.traces.derive import Derived
 from optimizer.commands.traces.table import demand_rows, fill_note, hourly_rates, workload_rows
@@ -48,7 +49,7 @@ def hours_table(d: Derived, hourly: dict, s: Scenario) -> pd.DataFrame:
     for p in d.pairs:
         h = hourly[(p.metro, p.workload)].rename(columns={"requests_per_s": "requests_per_s_used"})
         measured = p.hours.rename(columns={"utc_hour": "hour", "requests_per_s": "requests_per_s_measured"})
-        local = (h["hour"] + s.metros[p.metro].utc_offset_hours) % 24
+        local = (h["hour"] + s.metros[p.metro].utc_offset_hours) % HOURS_PER_DAY
         frames.append(h.merge(measured, on="hour", how="left").assign(metro=p.metro, workload=p.workload,
                                                                       local_hour=local))
     cols = ["metro", "workload", "hour", "local_hour", "requests", "seconds", "requests_per_s_measured",

@@ -44,8 +44,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from optimizer.base.units import HOURS_PER_DAY, SECONDS_PER_HOUR
+
 NS = 1_000_000_000
-WINDOW_S = 3600.0
+WINDOW_S = SECONDS_PER_HOUR
+HOUR_NS = int(SECONDS_PER_HOUR) * NS  # log times are integer nanoseconds
+DAY_NS = HOURS_PER_DAY * HOUR_NS
 MIN_HOUR_COVER_S = 1800.0
 JITTER_GAPS = 10.0
 
@@ -64,7 +68,7 @@ class Requests:
 
 
 @dataclass
-class Context:
+class DrawInputs:
     """What a source needs to draw a group's requests."""
 
     group: object  # the verify Group
@@ -81,7 +85,7 @@ class Context:
     rng_length: np.random.Generator
 
 
-def _cache(ctx: Context, isl: np.ndarray) -> np.ndarray:
+def _cache(ctx: DrawInputs, isl: np.ndarray) -> np.ndarray:
     w = ctx.workload
     hit = ctx.rng_length.random(len(isl)) < w.prompt_cache_hit_rate
     return np.where(hit, np.minimum(int(w.shared_prefix_tokens), isl - 1), 0).astype(np.int64)
@@ -102,7 +106,7 @@ class Poisson:
     def route_rates(self, scenario, group, routes) -> np.ndarray:
         return np.array([r.requests_per_s for r in routes]) * scenario.peak_to_mean(group.workload)
 
-    def draw(self, ctx: Context) -> Requests:
+    def draw(self, ctx: DrawInputs) -> Requests:
         opt, lam = ctx.opt, float(ctx.rates.sum())
         main = max(min(int(ctx.requests), int(math.ceil(lam * opt.cap_s))), 10)
         n_warm0 = int(math.ceil(opt.warmup_fraction * main))
@@ -139,11 +143,11 @@ class Stream:
         [a, b) of its requests, its start (ns) and its length (s)."""
         t = self.t_ns
         first, last = int(t[0]), int(t[-1])
-        day0 = first // (86400 * NS)
+        day0 = first // DAY_NS
         best = None
-        for day in range(day0, last // (86400 * NS) + 1):
-            lo = max((day * 86400 + utc_hour * 3600) * NS, first)
-            hi = min((day * 86400 + (utc_hour + 1) * 3600) * NS, last + 1)
+        for day in range(day0, last // DAY_NS + 1):
+            lo = max(day * DAY_NS + utc_hour * HOUR_NS, first)
+            hi = min(day * DAY_NS + (utc_hour + 1) * HOUR_NS, last + 1)
             if hi - lo >= MIN_HOUR_COVER_S * NS:
                 a, b = np.searchsorted(t, [lo, hi])
                 if b > a and (best is None or b - a > best[1] - best[0]):
@@ -201,7 +205,7 @@ class Trace:
             out[i] = (b - a) / length_s * r.requests_per_s / total
         return out
 
-    def draw(self, ctx: Context) -> Requests:
+    def draw(self, ctx: DrawInputs) -> Requests:
         group = ctx.group
         if not self.covers(group):
             req = POISSON.draw(ctx)

@@ -24,9 +24,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from optimizer.base.units import Role
-from optimizer.commands.verify.arrivals import POISSON, Context
-from optimizer.commands.verify.engine import PoolSpec, StepModel, TabulatedSteps, fifo_pool, simulate_pool
+from optimizer.base.units import MS_PER_S, SECONDS_PER_HOUR, Role
+from optimizer.commands.verify.arrivals import POISSON, DrawInputs
+from optimizer.commands.verify.engine import fifo_pool, simulate_pool
+from optimizer.commands.verify.replicas import PoolSpec
+from optimizer.commands.verify.steps import StepModel, TabulatedSteps
 from optimizer.curves.cache import cache_kv_share
 from optimizer.curves.lengths import LengthDistribution
 from optimizer.curves.memory import kv_budget_bytes, kv_replication
@@ -53,7 +55,7 @@ class Options:
     warm_start: bool = True  # batching pools start with their steady-state batch mid-decode
     warmup_decode_durations: float = 0.5  # warm-up lasts at least this many mean decode durations
     cooldown_decode_durations: float = 1.0
-    cap_s: float = 3600.0  # at most this long a measured window (fewer requests at low load)
+    cap_s: float = SECONDS_PER_HOUR  # at most this long a measured window (fewer requests at low load)
     check: bool = False  # assert the slot/KV limits inside the replica pools
     exact_steps: bool = False  # evaluate every decode step on the curve instead of its table
 
@@ -67,7 +69,7 @@ class Route:
 
 
 @dataclass(frozen=True)
-class Pool:
+class GroupPool:
     role: str
     tier: int
     config: str
@@ -159,7 +161,7 @@ class PlanModel:
         """Mean time a request spends decoding on this config at its operating point."""
         c = self.curves[cid]
         w = self.s.workloads[c["workload"]]
-        return w.osl_mean_tokens * float(c["step_ms"]) / 1e3 / max(float(c["tokens_per_step"]), 1.0)
+        return w.osl_mean_tokens * float(c["step_ms"]) / MS_PER_S / max(float(c["tokens_per_step"]), 1.0)
 
 
 def _truthy(x) -> bool:
@@ -238,8 +240,41 @@ def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Op
     decode = [p for p in g.pools if p.role == Role.DECODE]
     isl_dist = LengthDistribution(w.isl_mean_tokens, w.isl_p99_tokens, m.max_context)
     osl_dist = LengthDistribution(w.osl_mean_tokens, w.osl_p99_tokens, m.max_context)
+    flows = _flows(routes, rates, entry, decode)
+    steady = _steady_states(model, w, entry, decode, flows.pool_rate)
+    fill = max((sec for _, sec in steady.values()), default=0.0)
 
-    # flow shares: a tier's load over its prefill/colocated pools, prefill output over the decode pools
+    streams = [np.random.default_rng(x) for x in group_seed(seed, g).spawn(6)]
+    rng_arr, rng_len, rng_route, rng_spec_seed, rng_pool, rng_warm = streams
+    drawn = arrivals.draw(DrawInputs(g, w, routes, rates, requests, fill, opt, isl_dist, osl_dist, rng_arr, rng_route,
+                                     rng_len))
+    pool_of = _entry_pools(flows, drawn.route, rng_pool)
+    spec_seeds = np.random.SeedSequence(rng_spec_seed.integers(2**63)).spawn(len(entry) + len(decode))
+    sim = _Measured(model, opt, drawn, steady, isl_dist, osl_dist, w.itl_p99_ms / MS_PER_S, rng_warm,
+                    iter(np.random.default_rng(x) for x in spec_seeds))
+    _run_pools(sim, entry, decode, flows, pool_of, rng_pool, kv_bytes_per_token(w, m))
+
+    rtt = np.array([r.rtt_ms for r in routes])[drawn.route]
+    ttft = rtt + s.serving.fixed_overhead_ms + (sim.first_time - drawn.t) * MS_PER_S
+    c = drawn.counted
+    metros = np.array([r.metro for r in routes], dtype=object)[drawn.route]
+    return GroupResult(g, len(drawn.t), metros[c], ttft[c], drawn.osl[c], drawn.osl[c] - 1, sim.ok_gaps[c], sim.hist,
+                       {**drawn.extra, "arrival_rate": lam, "decode_seconds": fill,
+                        "steady_batch": {f"{k[0]}{k[1]}": v[0] for k, v in steady.items()}})
+
+
+@dataclass
+class _Flows:
+    """The plan's flow shares in a group: a tier's load over its prefill/colocated pools,
+    prefill output over the decode pools of its speed class, and each batching pool's rate."""
+
+    route_tier: np.ndarray  # tier per route
+    entry_share: dict  # tier → (entry pool indices, shares)
+    decode_share: dict  # speed class → (decode pool indices, shares)
+    pool_rate: dict  # ("entry", i) of a colocated pool or ("decode", j) → requests/s
+
+
+def _flows(routes, rates, entry, decode) -> _Flows:
     route_tier = np.array([r.tier for r in routes])
     entry_share = {}
     for tier in np.unique(route_tier):
@@ -247,7 +282,7 @@ def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Op
         if cands:
             entry_share[int(tier)] = (cands, _share([entry[i].requests_per_s for i in cands],
                                                     [entry[i].replicas for i in cands]))
-    decode_share = {}  # speed class → (decode pool indices, shares)
+    decode_share = {}
     for speed in {q.speed for q in decode}:
         cands = [j for j, q in enumerate(decode) if q.speed == speed]
         decode_share[speed] = (cands, _share([decode[j].requests_per_s for j in cands], [decode[j].replicas for j in cands]))
@@ -258,9 +293,13 @@ def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Op
     for speed, (cands, share) in decode_share.items():
         prefill_rate = sum(entry_rate[i] for i, p in enumerate(entry) if p.role == Role.PREFILL and p.speed == speed)
         pool_rate.update({("decode", j): prefill_rate * sh for j, sh in zip(cands, share)})
+    return _Flows(route_tier, entry_share, decode_share, pool_rate)
 
-    # steady state of every batching pool: warm start, and how long warm-up and cool-down last
-    draft = s.serving.speculative
+
+def _steady_states(model: PlanModel, w, entry, decode, pool_rate: dict) -> dict:
+    """The steady state of every batching pool with replicas (`steady_state`): the warm start,
+    and how long warm-up and cool-down last."""
+    draft = model.s.serving.speculative
     tokens_per_step = float(expected_tokens_per_step(draft.acceptance_rate, draft.draft_tokens))
     steady = {}
     for key, rate in pool_rate.items():
@@ -269,40 +308,45 @@ def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Op
             continue
         spec = model.pool_spec(pool.config, pool.replicas)
         steady[key] = steady_state(spec, rate / pool.replicas, w, tokens_per_step if spec.speculative else 1.0)
-    fill = max((sec for _, sec in steady.values()), default=0.0)
+    return steady
 
-    streams = [np.random.default_rng(x) for x in group_seed(seed, g).spawn(6)]
-    rng_arr, rng_len, rng_route, rng_spec_seed, rng_pool, rng_warm = streams
-    drawn = arrivals.draw(Context(g, w, routes, rates, requests, fill, opt, isl_dist, osl_dist, rng_arr, rng_route,
-                                  rng_len))
-    t, route, isl, osl, cached, counted = drawn.t, drawn.route, drawn.isl, drawn.osl, drawn.cached, drawn.counted
-    n = len(t)
 
-    # each request enters one prefill/colocated pool of its route's tier, by the plan's flow shares
-    tiers = route_tier[route]
-    pool_of = np.full(n, -1, np.int64)
-    for tier, (cands, p) in entry_share.items():
+def _entry_pools(flows: _Flows, route: np.ndarray, rng_pool) -> np.ndarray:
+    """Each request enters one prefill/colocated pool of its route's tier, by the plan's flow shares."""
+    tiers = flows.route_tier[route]
+    pool_of = np.full(len(route), -1, np.int64)
+    for tier, (cands, p) in flows.entry_share.items():
         mask = tiers == tier
         pool_of[mask] = np.asarray(cands)[rng_pool.choice(len(cands), int(mask.sum()), p=p)]
+    return pool_of
 
-    first_time = np.full(n, np.inf)
-    ok_gaps = np.zeros(n, np.int64)
-    hist = np.zeros(HIST_BINS)
-    obj_s = w.itl_p99_ms / 1e3
-    spec_seeds = np.random.SeedSequence(rng_spec_seed.integers(2**63)).spawn(len(entry) + len(decode))
-    spec_streams = iter(np.random.default_rng(x) for x in spec_seeds)
 
-    def run_replicas(key, pool, idx, arrive):
+class _Measured:
+    """The group's requests through its replica pools: first-token times, the count of gaps
+    within the ITL objective per request, and the histogram of counted requests' gaps."""
+
+    def __init__(self, model: PlanModel, opt: Options, drawn, steady: dict, isl_dist, osl_dist, obj_s: float,
+                 rng_warm, spec_streams):
+        self.model, self.opt, self.drawn, self.steady = model, opt, drawn, steady
+        self.isl_dist, self.osl_dist, self.obj_s = isl_dist, osl_dist, obj_s
+        self.rng_warm, self.spec_streams = rng_warm, spec_streams
+        n = len(drawn.t)
+        self.first_time = np.full(n, np.inf)
+        self.ok_gaps = np.zeros(n, np.int64)
+        self.hist = np.zeros(HIST_BINS)
+
+    def run_replicas(self, key, pool, idx, arrive) -> None:
         """Simulate one replica pool for requests ``idx`` arriving at ``arrive``; fill their
         first-token times, ITL counts and the histogram."""
         if len(idx) == 0:
             return
-        spec = model.pool_spec(pool.config, pool.replicas)
+        drawn, opt = self.drawn, self.opt
+        spec = self.model.pool_spec(pool.config, pool.replicas)
         initial = None
-        if opt.warm_start and key in steady:
-            initial = initial_sequences(rng_warm, pool.replicas, steady[key][0], isl_dist, osl_dist)
-        out = simulate_pool(spec, arrive, isl[idx], osl[idx], cached[idx], rng=next(spec_streams), check=opt.check,
-                            initial=initial)
+        if opt.warm_start and key in self.steady:
+            initial = initial_sequences(self.rng_warm, pool.replicas, self.steady[key][0], self.isl_dist, self.osl_dist)
+        out = simulate_pool(spec, arrive, drawn.isl[idx], drawn.osl[idx], drawn.cached[idx],
+                            rng=next(self.spec_streams), check=opt.check, initial=initial)
         served = out.replica >= 0
         if not served.any():
             return
@@ -311,58 +355,55 @@ def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Op
         fs = base + out.first_step[served]
         ls = base + out.last_step[served]
         sel = idx[served]
-        first_time[sel] = e[fs]
-        okc = np.concatenate(([0], np.cumsum(d <= obj_s)))
+        self.first_time[sel] = e[fs]
+        okc = np.concatenate(([0], np.cumsum(d <= self.obj_s)))
         steps_with_gap = ls - fs
-        zero = osl[sel] - 1 - steps_with_gap
-        ok_gaps[sel] = okc[ls + 1] - okc[fs + 1] + zero
-        c = counted[sel]
+        zero = drawn.osl[sel] - 1 - steps_with_gap
+        self.ok_gaps[sel] = okc[ls + 1] - okc[fs + 1] + zero
+        c = drawn.counted[sel]
         delta = np.bincount(np.concatenate((fs[c] + 1, ls[c] + 1)),
                             weights=np.concatenate((np.ones(c.sum()), -np.ones(c.sum()))), minlength=len(d) + 2)
         weight = np.cumsum(delta)[:len(d)]
-        hist[:] += np.bincount(_bins(d), weights=weight, minlength=HIST_BINS)
-        hist[0] += zero[c].sum()
+        self.hist[:] += np.bincount(_bins(d), weights=weight, minlength=HIST_BINS)
+        self.hist[0] += zero[c].sum()
 
+
+def _run_pools(sim: _Measured, entry, decode, flows: _Flows, pool_of: np.ndarray, rng_pool, kv: float) -> None:
+    """The entry pools in order (a colocated pool serves its requests whole; a prefill pool
+    hands each prompt's KV cache to a decode pool of its speed class), then the decode pools."""
+    model, opt, drawn = sim.model, sim.opt, sim.drawn
+    t, isl, cached = drawn.t, drawn.isl, drawn.cached
     decode_in: list[list] = [[] for _ in decode]
-    kv = kv_bytes_per_token(w, m)
     for i, p in enumerate(entry):
         idx = np.flatnonzero(pool_of == i)
         if p.role == Role.COLOCATED:
-            run_replicas(("entry", i), p, idx, t[idx])
+            sim.run_replicas(("entry", i), p, idx, t[idx])
             continue
         r = model.replica(p.config)
         service = prefill_time_s(r, isl[idx], cached[idx])
         _, done = fifo_pool(t[idx], p.replicas, service, tokens=isl[idx], cached=cached[idx],
                             batch_tokens=model.prefill_batch_tokens(p.config, opt),
                             batch_service=lambda tok, cac, r=r: pass_time_s(r, tok, cac))
-        if p.speed not in decode_share:
+        if p.speed not in flows.decode_share:
             continue
-        cands, share = decode_share[p.speed]
+        cands, share = flows.decode_share[p.speed]
         to = np.asarray(cands)[rng_pool.choice(len(cands), len(idx), p=share)]
         for j, q in enumerate(decode):
             sel = to == j
             if not sel.any():
                 continue
             nic = min(float(model.curves[p.config]["nic_gb_s"]), float(model.curves[q.config]["nic_gb_s"])) * 1e9
-            xfer = s.serving.kv_transfer_latency_ms / 1e3 + isl[idx[sel]] * kv / nic
+            xfer = model.s.serving.kv_transfer_latency_ms / MS_PER_S + isl[idx[sel]] * kv / nic
             decode_in[j].append((idx[sel], done[sel] + xfer))
     for j, q in enumerate(decode):
         if decode_in[j]:
             idx = np.concatenate([a for a, _ in decode_in[j]])
             arrive = np.concatenate([b for _, b in decode_in[j]])
-            run_replicas(("decode", j), q, idx, arrive)
-
-    rtt = np.array([r.rtt_ms for r in routes])[route]
-    ttft = rtt + s.serving.fixed_overhead_ms + (first_time - t) * 1e3
-    c = counted
-    metros = np.array([r.metro for r in routes], dtype=object)[route]
-    return GroupResult(g, n, metros[c], ttft[c], osl[c], osl[c] - 1, ok_gaps[c], hist,
-                       {**drawn.extra, "arrival_rate": lam, "decode_seconds": fill,
-                        "steady_batch": {f"{k[0]}{k[1]}": v[0] for k, v in steady.items()}})
+            sim.run_replicas(("decode", j), q, idx, arrive)
 
 
 def _bins(d_s: np.ndarray) -> np.ndarray:
-    ms = np.maximum(np.asarray(d_s) * 1e3, HIST_G0_MS)
+    ms = np.maximum(np.asarray(d_s) * MS_PER_S, HIST_G0_MS)
     i = np.floor(np.log(ms / HIST_G0_MS) / math.log(HIST_RATIO)).astype(np.int64) + 1
     i = np.where(np.asarray(d_s) <= 0, 0, i)
     return np.clip(i, 0, HIST_BINS - 1)

@@ -1,0 +1,64 @@
+"""The plan's groups `verify` simulates: the slices chosen (`select_slices`: each period's
+peak, all, or a list), and per slice each (site, workload) with its routes and pools
+(`plan_groups`)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from optimizer.base.errors import Origin, ScenarioError, shorten
+from optimizer.commands.verify.group import Group, GroupPool, Route
+
+
+def nominal_pools(pools: pd.DataFrame) -> pd.DataFrame:
+    """The pools of the plan's fleet: not the rows of a lost site (a contingency)."""
+    if "lost_site" in pools:
+        return pools[pools["lost_site"].isna() | (pools["lost_site"].astype(str) == "")]
+    return pools
+
+
+def select_slices(routing: pd.DataFrame, slices) -> list[tuple[str, str, int]]:
+    """"peak": per period, the (day type, hour) with the most requests/s routed; "all"; or
+    a list of "PERIOD/DAYTYPE/HOUR"."""
+    load = routing.groupby(["period", "day_type", "hour"], sort=True)["requests_per_s"].sum()
+    if isinstance(slices, str) and slices == "peak":
+        periods = load.index.get_level_values(0)
+        return [tuple(load[periods == p].idxmax()) for p in periods.unique()]
+    if isinstance(slices, str) and slices == "all":
+        return list(load.index)
+    if isinstance(slices, str):
+        slices = [slices]
+    out = []
+    known = set(load.index)
+    for text in slices:
+        parts = str(text).split("/")
+        if len(parts) != 3 or not parts[2].strip().isdigit():
+            raise ScenarioError(f"a slice is PERIOD/DAYTYPE/HOUR, e.g. Q1/all/20; got {shorten(repr(text))}",
+                                Origin("--slices"))
+        key = (parts[0], parts[1], int(parts[2]))
+        if key not in known:
+            raise ScenarioError(f"slice {shorten(repr(text))} carries no routed load in this plan; known: "
+                                + ", ".join(f"{p}/{d}/{h}" for p, d, h in sorted(known)[:8])
+                                + (" …" if len(known) > 8 else ""), Origin("--slices"))
+        out.append(key)
+    return out
+
+
+def plan_groups(tables: dict[str, pd.DataFrame], slices) -> list[Group]:
+    """The (site, workload, slice) groups of the plan folder's ``tables`` at ``slices`` (`select_slices`)."""
+    routing = tables["routing"]
+    pools = nominal_pools(tables["pools"])
+    groups = []
+    for period, day_type, hour in select_slices(routing, slices):
+        r = routing[(routing["period"] == period) & (routing["day_type"] == day_type) & (routing["hour"] == hour)]
+        p = pools[(pools["period"] == period) & (pools["day_type"] == day_type) & (pools["hour"] == hour)]
+        for (site, k), rows in r.groupby(["site", "workload"], sort=True):
+            routes = tuple(Route(x.metro, int(x.tier), float(x.requests_per_s), float(x.rtt_ms))
+                           for x in rows.itertuples() if x.requests_per_s > 0)
+            here = p[(p["site"] == site) & (p["workload"] == k)]
+            group_pools = tuple(GroupPool(x.role, int(x.tier), x.config, int(round(x.replicas)), float(x.requests_per_s),
+                                     int(getattr(x, "speed", -1)))
+                                for x in here.sort_values(["role", "tier", "config"]).itertuples())
+            if routes:
+                groups.append(Group(site, k, period, day_type, int(hour), routes, group_pools))
+    return groups
