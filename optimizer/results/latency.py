@@ -183,7 +183,7 @@ class Predictor:
         return self._bases[key]
 
 
-def _shares(weights, replicas) -> np.ndarray:
+def flow_shares(weights, replicas) -> np.ndarray:
     """Flow shares among pools (by load; by replicas where none carries any) — as verify splits."""
     w = np.asarray(weights, dtype=float)
     if w.sum() <= 0:
@@ -296,10 +296,10 @@ def predict(s, configs: dict[str, ServingConfig | None], pools: pd.DataFrame) ->
             elif row.requests_per_s > 0:
                 tiers[row.tier].append(row)
         for tier, tier_rows in sorted(tiers.items()):
-            share = _shares([r.requests_per_s for r in tier_rows], [r.replicas for r in tier_rows])
+            share = flow_shares([r.requests_per_s for r in tier_rows], [r.replicas for r in tier_rows])
             for row, w in zip(tier_rows, share):
                 after = decode.get(row.speed, [])
-                split = _shares([r.requests_per_s for r, _, _ in after], [r.replicas for r, _, _ in after]) if after else []
+                split = flow_shares([r.requests_per_s for r, _, _ in after], [r.replicas for r, _, _ in after]) if after else []
                 entries.append(((site, k, tier, *slice_), row, w, list(zip(split, after))))
     _add_entries(out, s, configs, entries)
     return out

@@ -35,6 +35,7 @@ from optimizer.curves.memory import kv_budget_bytes, kv_replication
 from optimizer.curves.prefill_batch import pass_time_s
 from optimizer.curves.roofline import prefill_time_s
 from optimizer.curves.speculative import expected_tokens_per_step
+from optimizer.results.latency import flow_shares
 from optimizer.serving.configs import kv_bytes_per_token, make_replica
 
 # ITL histogram: bin 0 holds zero gaps (tokens of one speculative step after its first);
@@ -174,14 +175,6 @@ def group_seed(seed: int, group: Group) -> np.random.SeedSequence:
     return np.random.SeedSequence([int(seed), zlib.crc32(group.key.encode())])
 
 
-def _share(weights, replicas) -> np.ndarray:
-    w = np.asarray(weights, dtype=float)
-    if w.sum() <= 0:
-        w = np.asarray(replicas, dtype=float)
-    if w.sum() <= 0:
-        w = np.ones(len(w))
-    return w / w.sum()
-
 
 def steady_state(spec: PoolSpec, rate_per_replica: float, w, speculative_tokens: float = 1.0):
     """(sequences decoding per replica, mean seconds a request decodes) in steady state, by
@@ -280,12 +273,12 @@ def _flows(routes, rates, entry, decode) -> _Flows:
     for tier in np.unique(route_tier):
         cands = [i for i, p in enumerate(entry) if p.tier == tier]
         if cands:
-            entry_share[int(tier)] = (cands, _share([entry[i].requests_per_s for i in cands],
+            entry_share[int(tier)] = (cands, flow_shares([entry[i].requests_per_s for i in cands],
                                                     [entry[i].replicas for i in cands]))
     decode_share = {}
     for speed in {q.speed for q in decode}:
         cands = [j for j, q in enumerate(decode) if q.speed == speed]
-        decode_share[speed] = (cands, _share([decode[j].requests_per_s for j in cands], [decode[j].replicas for j in cands]))
+        decode_share[speed] = (cands, flow_shares([decode[j].requests_per_s for j in cands], [decode[j].replicas for j in cands]))
     entry_rate = np.zeros(len(entry))
     for tier, (cands, p) in entry_share.items():
         entry_rate[cands] += rates[route_tier == tier].sum() * p

@@ -23,12 +23,16 @@ def verify_text(result, plan_dir) -> str:
         lines.append(f"\ntoken billing vs GPU-seconds (price list: {sm['token_billing']['provider']}; USD per million "
                      "output tokens):")
         lines.append(billing.to_string(float_format=lambda x: f"{x:,.3g}"))
-    lines.append(f"{sm['requests_simulated']:,} requests simulated in {sm['seconds']:.0f} s; TTFT attainment ≥ "
-                 f"{sm['ttft_attainment_min']:.4f}, ITL attainment ≥ {sm['itl_attainment_min']:.4f}, goodput "
-                 f"{sm['goodput_fraction']:.4f} → "
-                 + ("every objective met" if sm["all_objectives_met"] else "OBJECTIVES MISSED"))
+    lines.append(_attainment(sm, f", goodput {sm['goodput_fraction']:.4f}"))
     lines.append(f"written: {Path(plan_dir) / 'verify.csv'}")
     return "\n".join(lines)
+
+
+def _attainment(sm: dict, goodput: str = "") -> str:
+    """One run's line: requests simulated, the attainments, and whether every objective held."""
+    return (f"{sm['requests_simulated']:,} requests simulated in {sm['seconds']:.0f} s; TTFT attainment ≥ "
+            f"{sm['ttft_attainment_min']:.4f}, ITL attainment ≥ {sm['itl_attainment_min']:.4f}{goodput} → "
+            + ("every objective met" if sm["all_objectives_met"] else "OBJECTIVES MISSED"))
 
 
 def trace_runs_text(runs: dict, table, plan_dir) -> str:
@@ -36,9 +40,6 @@ def trace_runs_text(runs: dict, table, plan_dir) -> str:
     lines = [side_by_side_text(table)]
     for r in runs.values():
         sm = r.summary
-        lines.append(f"{sm['arrivals']}: {sm['requests_simulated']:,} requests simulated in {sm['seconds']:.0f} s;"
-                     f" TTFT attainment ≥ {sm['ttft_attainment_min']:.4f}, ITL attainment ≥ "
-                     f"{sm['itl_attainment_min']:.4f} → "
-                     + ("every objective met" if sm["all_objectives_met"] else "OBJECTIVES MISSED"))
+        lines.append(f"{sm['arrivals']}: " + _attainment(sm))
     lines.append(f"written: {Path(plan_dir) / 'verify.csv'}, verify_trace.csv, verify_compare.csv")
     return "\n".join(lines)
