@@ -2,8 +2,11 @@
 own layer or the ones below it, no import circles (lazy imports inside functions included), and
 no module imports another's `_private` names.
 
-    base → curves → scenario → serving → geography → instance → formulations → solve → results
+    base → scenario → curves → serving → geography → instance → formulations → solve → results
          → folder → commands → cli
+
+(the order of ../shared/DESIGN.md's layout: the curves may read the scenario's types, the
+scenario never the curves).
 
 A layer is a folder: `optimizer/<layer>/` (the package `optimizer` itself is the base), and
 `formulations/` — the MIP, which imports nothing of `optimizer`: it knows only the `Instance`
@@ -19,7 +22,7 @@ import networkx as nx
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = ["base", "curves", "scenario", "serving", "geography", "instance", "formulations", "solve", "results",
+LAYERS = ["base", "scenario", "curves", "serving", "geography", "instance", "formulations", "solve", "results",
           "folder", "commands", "cli"]
 LOOSE = {"optimizer": "base", "fleetplan": "cli"}  # the two packages that are not a layer's folder
 
@@ -121,13 +124,13 @@ def test_no_private_names_cross_modules():
 
 
 def test_the_layers_catch_a_violation(tmp_path):
-    """The check itself fails: a synthetic curve module importing the scenario, and a
+    """The check itself fails: a synthetic curve module importing the solve, and a
     formulation importing the units, are refused through the same parsing and check as the
     real modules; an import downwards passes."""
     upward = tmp_path / "roofline_upward.py"
-    upward.write_text("from optimizer.scenario import Scenario\n\ndef f():\n    import optimizer.solve.fleet\n")
+    upward.write_text("from optimizer.instance.build import Instance\n\ndef f():\n    import optimizer.solve.fleet\n")
     deps = {d for d in _imports("optimizer.curves.roofline", upward)}
-    assert deps >= {"optimizer.scenario", "optimizer.solve.fleet"}
+    assert deps >= {"optimizer.instance.build", "optimizer.solve.fleet"}
     found = _violations("optimizer.curves.roofline", deps)
     assert len(found) == 2 and all("a higher layer" in v for v in found)
     reaching = tmp_path / "pools_reaching.py"

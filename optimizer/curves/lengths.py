@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import ndtri  # the standard normal quantile (scipy.stats.norm.ppf)
 
-Z99 = float(ndtri(0.99))
-MAX_P99_OVER_MEAN = float(np.exp(Z99 * Z99 / 2.0))
+from optimizer.scenario.fields import MAX_P99_OVER_MEAN, Z99
+
+__all__ = ["MAX_P99_OVER_MEAN", "Z99", "LengthDistribution"]
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, create_model, field_validator, model_validator
 
 from optimizer.base.contracts import TERMS
-from optimizer.scenario.fields import Catalogued, bounded, fraction_before, latency_ms_check
+from optimizer.scenario.fields import MAX_P99_OVER_MEAN, Catalogued, bounded, fraction_before, latency_ms_check
 
 
 class Accelerator(Catalogued):
@@ -157,8 +157,6 @@ class Workload(Catalogued):
 
     @model_validator(mode="after")
     def _lengths(self):
-        from optimizer.curves.lengths import MAX_P99_OVER_MEAN
-
         for name in ("isl", "osl"):
             mean = getattr(self, f"{name}_mean_tokens")
             p99 = getattr(self, f"{name}_p99_tokens")

@@ -7,9 +7,17 @@ from __future__ import annotations
 
 from datetime import date
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from scipy.special import ndtri  # the standard normal quantile (scipy.stats.norm.ppf)
 
 from optimizer.base.units import MS_PER_S
+
+# Lengths are lognormal (`optimizer.curves.lengths`): with z the standard normal's 99th
+# percentile, p99/mean = exp(z·σ − σ²/2) is at most exp(z²/2) ≈ 14.97 (at σ = z), so a stated
+# p99 above that multiple of the mean is refused at validation.
+Z99 = float(ndtri(0.99))
+MAX_P99_OVER_MEAN = float(np.exp(Z99 * Z99 / 2.0))
 
 
 def fraction_check(value: float, name: str) -> float:
