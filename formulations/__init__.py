@@ -10,7 +10,7 @@ rows, and the objective is assembled from the cost terms. The result is a
 Order: pools produce flows and GPU loads (prefill, colocated, decode), routing feeds the
 tiers, latency_tiers balances them, procurement supplies nodes, scaling prices on-demand
 ramps, resilience ties site-loss states to the peak slice, capacity and power close the
-balances.
+balances, and carbon prices (and caps) the emissions of the powered nodes.
 
 One formulation, several uses, each a mode (`modes.Mode`): the plan (plan-master,
 plan-exact, plan-chord), and on a one-state view of the instance a plan's commitment operated
@@ -31,6 +31,7 @@ import numpy as np
 
 from formulations import (
     capacity,
+    carbon,
     colocated,
     decode,
     latency_tiers,
@@ -47,10 +48,11 @@ from formulations.pools import ROLES
 from formulations.registry import Build, Terms
 
 __all__ = ["MODULES", "Build", "Commitment", "LinearProgram", "Mode", "Reading", "Replicas", "Terms",
-           "build_program", "capacity_rows", "demand_rows", "flow_columns", "power_rows", "ramp_rows",
+           "build_program", "capacity_rows", "carbon_cap_row", "demand_rows", "flow_columns", "power_rows", "ramp_rows",
            "read_solution", "refresh", "route_columns", "structure", "unserved_columns", "write_solution"]
 
-MODULES = (prefill, colocated, decode, routing, latency_tiers, procurement, scaling, resilience, capacity, power)
+MODULES = (prefill, colocated, decode, routing, latency_tiers, procurement, scaling, resilience, capacity, power,
+           carbon)
 
 
 def structure(inst) -> tuple:
@@ -66,7 +68,15 @@ def structure(inst) -> tuple:
         tuple(sorted(key for key, cap in inst.ondemand_max.items() if cap > 0)),
         inst.cold_start_hours, inst.warm_fraction, tuple(sorted(inst.node_kw.items())),
         tuple(sorted(inst.pue.items())), tuple(sorted(inst.gpus_per_node.items())), tuple(sorted(inst.peak_to_mean.items())),
+        _carbon_structure(inst),
     )
+
+
+def _carbon_structure(inst) -> tuple:
+    """Whether carbon is priced and capped, and the emissions of a node-hour (coefficients
+    that `carbon.refresh` does not change); nothing where carbon is neither."""
+    priced, capped = inst.carbon_usd_per_t > 0, inst.carbon_cap_t is not None
+    return (priced, capped, tuple(sorted(inst.carbon_kg_per_node_hour.items())) if priced or capped else ())
 
 
 def refresh(lp: LinearProgram, inst) -> list:
@@ -109,6 +119,11 @@ def unserved_columns(lp: LinearProgram, keys: list[tuple[str, str]], state: int 
 def route_columns(lp: LinearProgram) -> dict:
     """(group, site, workload, tier, state) → the route's column."""
     return lp.cols.get("route", {})
+
+
+def carbon_cap_row(lp: LinearProgram) -> int | None:
+    """The carbon cap's row (None where the program has none: no cap, or a one-state mode)."""
+    return lp.rows.get("carbon_cap", {}).get(())
 
 
 def flow_columns(lp: LinearProgram) -> list[tuple[int, int]]:

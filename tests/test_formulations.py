@@ -201,6 +201,28 @@ def test_power_caps_powered_nodes_by_site():
                      lp.cols["ondemand"][("s1", "g", 0)]: pytest.approx(12.0)}  # node kW × PUE
 
 
+def test_carbon_prices_and_caps_the_tonnes_of_powered_nodes():
+    """A committed node is powered in both slices (HOURS each), an on-demand node in its own:
+    tonnes = HOURS · kg per node-hour / 1000; the cost is the price times that, and the cap row
+    holds the same tonnes. Neither exists where carbon is neither priced nor capped."""
+    kg = {("s1", "g", 0): 5.0, ("s1", "g", 1): 3.0, ("s2", "g", 0): 1.0, ("s2", "g", 1): 2.0}
+    lp, _ = program(tiny(carbon_kg_per_node_hour=kg, carbon_usd_per_t=100.0, carbon_cap_t=900.0))
+    coefs, _, hi = row(lp, "carbon_cap", ())
+    committed = lp.cols["committed"][("s1", "g", "reserved-1y")]
+    ondemand = lp.cols["ondemand"][("s1", "g", 1)]
+    assert hi == 900.0
+    assert coefs[committed] == pytest.approx(HOURS * (5.0 + 3.0) / 1000)
+    assert coefs[ondemand] == pytest.approx(HOURS * 3.0 / 1000)
+    assert coefs[lp.cols["committed"][("s2", "g", "reserved-1y")]] == pytest.approx(HOURS * (1.0 + 2.0) / 1000)
+    plain, _ = program(tiny(carbon_kg_per_node_hour=kg))
+    extra = lp.cost_vector() - plain.cost_vector()[:lp.n_cols]
+    assert extra[committed] == pytest.approx(100.0 * HOURS * 8.0 / 1000)
+    assert extra[ondemand] == pytest.approx(100.0 * HOURS * 3.0 / 1000)
+    assert "carbon_cap" not in plain.rows and np.array_equal(plain.cost_vector(), program(tiny())[0].cost_vector())
+    fixed, _ = program(tiny(carbon_kg_per_node_hour=kg, carbon_cap_t=900.0), committed={("s1", "g"): 2})
+    assert "carbon_cap" not in fixed.rows  # a year's cap does not split into one-state programs
+
+
 def test_every_module_has_its_test():
     names = [n for n in globals() if n.startswith("test_")]
     for module in MODULES:

@@ -24,9 +24,11 @@ from optimizer.cli.main import main
 from optimizer.instance.checks import preflight
 from optimizer.scenario import (
     Accelerator,
+    Carbon,
     DayType,
     Demand,
     DemandRow,
+    GridCarbon,
     Horizon,
     Metro,
     MixRow,
@@ -75,6 +77,8 @@ PLACES = {
     Speculative: lambda d: d["serving"]["speculative"],
     Policy: lambda d: d["policy"],
     Robust: lambda d: d["robust"],
+    GridCarbon: lambda d: d["grid_carbon"]["chicago"],
+    Carbon: lambda d: d["carbon"],
 }
 # numeric fields with no range of their own, and why
 EXEMPT = {
@@ -90,6 +94,7 @@ SCENARIO = {
     "serving": {"speculative": {"enabled": True}},
     "policy": {"cold_start_minutes": 10},
     "robust": {"demand_factor": 1.25},
+    "carbon": {"price_usd_per_t": 0},
 }
 
 

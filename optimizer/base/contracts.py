@@ -43,8 +43,9 @@ COST_COLUMNS = {
     "energy": "cost_energy_usd",
     "ondemand": "cost_ondemand_usd",
     "ramp": "cost_ramp_usd",
+    "carbon": "cost_carbon_usd",
 }
 COST_LABELS = {"reserved": "reserved", "owned": "owned", "energy": "energy (owned)", "ondemand": "on-demand",
-               "ramp": "cold starts", "egress": "egress"}
+               "ramp": "cold starts", "carbon": "carbon", "egress": "egress"}
 COMMITTED_CATEGORIES = tuple(dict.fromkeys([t.category for t in TERMS] + ["energy"]))  # paid every hour of the year
 COST_CATEGORIES = (*COST_COLUMNS, "egress", "unserved", "tie_break")

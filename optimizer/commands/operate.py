@@ -276,15 +276,16 @@ def _floor(inst: Instance, commitment: Commitment, s: str, g: str, reads_peak: n
     return np.where(reads_peak, ondemand_for(need, commitment.nodes.get((s, g), 0), inst.warm_fraction), 0)
 
 
-def _fleet(inst: Instance, commitment: Commitment, gpus: dict, hours: Hours, reads_peak: np.ndarray) -> dict:
-    """(site, accelerator) → its `fleet.Priced` hours."""
-    return {(s, g): price_hours(inst, s, g, commitment.nodes.get((s, g), 0), need, hours,
+def _fleet(inst: Instance, commitment: Commitment, gpus: dict, hours: Hours, slices: np.ndarray) -> dict:
+    """(site, accelerator) → its `fleet.Priced` hours, each hour reading one of ``slices``."""
+    reads_peak = slices == inst.peak_slice
+    return {(s, g): price_hours(inst, s, g, commitment.nodes.get((s, g), 0), need, hours, slices,
                                 _floor(inst, commitment, s, g, reads_peak))
             for (s, g), need in gpus.items()}
 
 
 def _reroute(inst: Instance, commitment: Commitment, shares: PlanShares, lam: np.ndarray, hours: np.ndarray,
-             loads: np.ndarray, egress: np.ndarray) -> np.ndarray:
+             slices: np.ndarray, loads: np.ndarray, egress: np.ndarray) -> np.ndarray:
     """The hours ``hours`` routed again by the operating program, each pool priced at its whole
     replicas over its load under the plan's routing that hour (exact there, so the program moves
     load only where the fleet cannot host it); an hour keeps the new routing where it leaves
@@ -307,7 +308,7 @@ def _reroute(inst: Instance, commitment: Commitment, shares: PlanShares, lam: np
             if pid in shares._column:
                 new[0, shares._column[pid]] += max(float(x[col]), 0.0)
         short = [sum(p.gpus_short.sum() for p in _fleet(inst, commitment, _gpus(inst, shares.pools, y), one,
-                                                         np.zeros(1, bool)).values())
+                                                         np.full(1, -1)).values())
                  for y in (loads[h][None, :], new)]
         if short[1] < short[0]:
             loads[h] = new[0]
@@ -327,14 +328,13 @@ def operate_year(s: Scenario, inst: Instance, commitment: Commitment, *, noise_s
     say(f"operating {len(cal):,} hours on the plan's commitment, as the plan routes them")
     shares = PlanShares(inst, commitment, keys)
     slices = cal["slice"].to_numpy()
-    reads_peak = slices == inst.peak_slice
     loads, egress = shares.loads(slices, lam)
     year = Hours.sequence(len(cal))
-    fleet = _fleet(inst, commitment, _gpus(inst, shares.pools, loads), year, reads_peak)
+    fleet = _fleet(inst, commitment, _gpus(inst, shares.pools, loads), year, slices)
     short = np.flatnonzero(sum(p.gpus_short for p in fleet.values()) > 0)
-    rerouted = _reroute(inst, commitment, shares, lam, short, loads, egress)
+    rerouted = _reroute(inst, commitment, shares, lam, short, slices, loads, egress)
     if len(rerouted):
-        fleet = _fleet(inst, commitment, _gpus(inst, shares.pools, loads), year, reads_peak)
+        fleet = _fleet(inst, commitment, _gpus(inst, shares.pools, loads), year, slices)
     solve_s = time.perf_counter() - start
     hours, sites = _cost_hours(inst, commitment, cal, fleet, _gpus(inst, shares.pools, loads))
     entry = [j for j, pid in enumerate(shares.pools) if inst.pools[pid].role != Role.DECODE]
@@ -358,13 +358,14 @@ def operate_slices(inst: Instance, commitment: Commitment) -> pd.DataFrame:
     lam = np.array([[inst.demand.get((m, k, t), 0.0) for m, k in keys] for t in slices])
     shares = PlanShares(inst, commitment, keys)
     loads, _ = shares.loads(slices, lam)
-    fleet = _fleet(inst, commitment, _gpus(inst, shares.pools, loads), hours, slices == inst.peak_slice)
+    fleet = _fleet(inst, commitment, _gpus(inst, shares.pools, loads), hours, slices)
     rows = [{"site": s, "gpu": g, "ondemand_node_hours": float(p.ondemand @ hours.weight_hours),
              "ramp_node_hours": float(hours.rises(p.ondemand) @ hours.repeats) * inst.cold_start_hours,
-             "cost_ondemand_usd": float(p.ondemand_usd.sum()), "cost_ramp_usd": float(p.ramp_usd.sum())}
-            for (s, g), p in fleet.items() if p.ondemand.any()]
+             "cost_ondemand_usd": float(p.ondemand_usd.sum()), "cost_ramp_usd": float(p.ramp_usd.sum()),
+             "carbon_t": float(p.carbon_t.sum()), "cost_carbon_usd": float(p.carbon_usd.sum())}
+            for (s, g), p in fleet.items() if p.ondemand.any() or p.carbon_t.any()]
     return pd.DataFrame(rows, columns=["site", "gpu", "ondemand_node_hours", "ramp_node_hours", "cost_ondemand_usd",
-                                       "cost_ramp_usd"])
+                                       "cost_ramp_usd", "carbon_t", "cost_carbon_usd"])
 
 
 def _cost_hours(inst: Instance, commitment: Commitment, cal: pd.DataFrame, fleet: dict,
@@ -374,6 +375,8 @@ def _cost_hours(inst: Instance, commitment: Commitment, cal: pd.DataFrame, fleet
     hours["ondemand_nodes"] = sum(p.ondemand for p in fleet.values())
     hours["ondemand_usd"] = sum(p.ondemand_usd for p in fleet.values())
     hours["ramp_usd"] = sum(p.ramp_usd for p in fleet.values())
+    hours["carbon_t"] = sum(p.carbon_t for p in fleet.values())
+    hours["carbon_usd"] = sum(p.carbon_usd for p in fleet.values())
     hours["gpus_short"] = sum(p.gpus_short for p in fleet.values())
     kw = {site: np.zeros(len(cal)) for site in inst.sites}
     rows = []
@@ -389,6 +392,7 @@ def _cost_hours(inst: Instance, commitment: Commitment, cal: pd.DataFrame, fleet
                          "gpu_utilisation": float(need.sum() / max((c * HOURS_PER_YEAR + p.ondemand.sum())
                                                                    * inst.gpus_per_node[g], 1)),
                          "ondemand_usd": float(p.ondemand_usd.sum()), "ramp_usd": float(p.ramp_usd.sum()),
+                         "carbon_t": float(p.carbon_t.sum()), "carbon_usd": float(p.carbon_usd.sum()),
                          "hours_short": int((p.gpus_short > 0).sum())})
     hours["sites_over_power"] = sum((kw[site] > inst.power_kw[site] * (1 + 1e-9)).astype(int) for site in inst.sites)
     return hours, pd.DataFrame(rows)
@@ -399,7 +403,8 @@ def _summary(commitment: Commitment, hours, lam, sigma, seed, solve_s, wall_s) -
     ondemand = float(hours["ondemand_usd"].sum())
     ramp = float(hours["ramp_usd"].sum())
     egress = float(hours["egress_usd"].sum())
-    total = committed_usd + ondemand + ramp + egress
+    carbon = float(hours["carbon_usd"].sum())
+    total = committed_usd + ondemand + ramp + egress + carbon
     planned = commitment.planned_total_usd
     requests = float(lam.sum()) * SECONDS_PER_HOUR
     return {
@@ -407,6 +412,7 @@ def _summary(commitment: Commitment, hours, lam, sigma, seed, solve_s, wall_s) -
         "solve_seconds": solve_s, "wall_seconds": wall_s,
         "hours_rerouted": int(hours["rerouted"].sum()),
         "committed_usd": committed_usd, "ondemand_usd": ondemand, "ramp_usd": ramp, "egress_usd": egress,
+        "carbon_usd": carbon, "carbon_t": float(hours["carbon_t"].sum()),
         "total_cost_usd": total, "planned_total_cost_usd": planned,
         "cost_vs_plan": total / planned - 1 if planned else 0.0,
         "unserved_fraction": float(hours["unserved_rps"].sum()) * SECONDS_PER_HOUR / requests if requests else 0.0,

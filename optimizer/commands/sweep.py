@@ -47,6 +47,14 @@ SUMMARY_FIELDS = ("status", "mip_gap", "total_cost_usd", "objective_usd", "best_
                   "goodput_tokens_per_s_avg", "solve_seconds")
 
 
+def _site_shares(routing) -> dict[str, float]:
+    """Each site's share of the requests/s the plan routes, summed over its planned slices."""
+    if routing.empty:
+        return {}
+    by_site = routing.groupby("site")["requests_per_s"].sum()
+    return (by_site / by_site.sum()).round(4).to_dict()
+
+
 def parse_values(text: str) -> list:
     """'1,2,3' | 'start:stop:step' (stop included) | '×0.5,×1' (or 'x0.5') → list of values
     (numbers where they parse; multipliers kept as '×F' strings for `--set`)."""
@@ -172,6 +180,8 @@ def run_one(spec: RunSpec, cache=None) -> dict:
         sm = plan.summary
         row.update({f: sm.get(f) for f in SUMMARY_FIELDS})
         row.update({f"gpus_{g}": n for g, n in sm["gpus_by_type_peak"].items()})
+        row["carbon_t_per_year"] = (sm.get("carbon") or {}).get("t_per_year")
+        row.update({f"share_{site}": v for site, v in _site_shares(plan.tables["routing"]).items()})
         row["diagnosis"] = ""
     except FleetplanError as exc:
         row.update(status=_status_of(exc), diagnosis=str(exc))

@@ -59,6 +59,7 @@ def _float(name, low=0.0, high=None, empty=False):
     return Column(name, "float", low, high, empty)
 
 
+CARBON_COLUMN = COST_COLUMNS["carbon"]
 SLICE = (_text("period"), _text("day_type"), _int("hour", 0, 23))
 
 TABLE_COLUMNS: dict[str, tuple[Column, ...]] = {
@@ -66,7 +67,10 @@ TABLE_COLUMNS: dict[str, tuple[Column, ...]] = {
         _text("site"), _text("gpu"),
         *(_int(c, 0, MAX_NODES) for c in (*(t.nodes_column for t in TERMS), "reserved_nodes", "ondemand_nodes_peak")),
         _float("ondemand_node_hours", 0, MAX_NODES * 8784), _float("ramp_node_hours", 0, MAX_NODES * 8784),
-        *(_float(c, 0, MAX_USD) for c in (*COST_COLUMNS.values(), "cost_usd")),
+        # the carbon columns are absent from folders written before carbon was counted
+        *(Column(c, "float", 0, MAX_USD, default=0.0) if c == CARBON_COLUMN else _float(c, 0, MAX_USD)
+          for c in (*COST_COLUMNS.values(), "cost_usd")),
+        Column("carbon_t", "float", 0, 1e12, default=0.0),
     ),
     "pools": (
         _text("site"), _text("workload"), _int("tier", -1, 1000), _text("role", choices=ROLES), _int("speed", -1, 1000),

@@ -28,12 +28,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+import numpy as np
 import pandas as pd
 
 from optimizer.base.contracts import COST_CATEGORIES, TERMS
-from optimizer.base.units import HOURS_PER_YEAR, MS_PER_S, SECONDS_PER_HOUR, Regime, Role
+from optimizer.base.units import GRAMS_PER_KG, HOURS_PER_YEAR, KG_PER_TONNE, MS_PER_S, SECONDS_PER_HOUR, Regime, Role
 from optimizer.curves.economics import owned_usd_per_node_hour
-from optimizer.geography.demand import build_demand, build_slices
+from optimizer.geography.demand import build_demand, build_slices, profile_at
 from optimizer.instance.pools import (
     Handoff,
     Pool,
@@ -125,6 +126,12 @@ class Instance:
     handoff_ms: dict[tuple, float]  # (site, workload, speed class) → KV transfer + first token
     transfer_ms: dict[tuple[str, str], float]  # (site, workload) → KV transfer of the p99 prompt
     unreachable: list[dict] = field(default_factory=list)
+    carbon_kg_per_node_hour: dict[tuple[str, str, int], float] = field(default_factory=dict)  # (site, gpu, slice)
+    carbon_usd_per_t: float = 0.0  # the scenario's carbon price
+    carbon_cap_t: float | None = None  # tonnes a year at most (None: no cap)
+    # what the whole-plan searches pay a tonne: the price plus a binding cap's shadow price from
+    # the master LP (None: the price); cost lines always use the price
+    carbon_search_usd_per_t: float | None = None
     # What the formulation reads of fleetplan's vocabulary, through this contract (formulations/
     # imports nothing of optimizer/): the cost categories it may write, the hours a committed
     # node is paid for, and the unit conversions of its coefficients.
@@ -132,6 +139,7 @@ class Instance:
     horizon_hours: ClassVar[float] = HOURS_PER_YEAR
     seconds_per_hour: ClassVar[float] = SECONDS_PER_HOUR
     ms_per_s: ClassVar[float] = MS_PER_S
+    kg_per_tonne: ClassVar[float] = KG_PER_TONNE
 
     def arcs_in(self, state: State) -> list[Arc]:
         return [a for a in self.arcs[state.regime] if a.site != state.lost_site]
@@ -211,7 +219,37 @@ def build_instance(s: Scenario, rtt: pd.DataFrame) -> Instance:
         output_tokens={k: w.osl_mean_tokens for k, w in s.workloads.items()},
         input_tokens={k: w.isl_mean_tokens for k, w in s.workloads.items()},
         handoff_ms=handoff_ms, transfer_ms=transfer, unreachable=unreachable,
+        carbon_kg_per_node_hour=_carbon_kg_per_node_hour(s, slices, site_gpus),
+        carbon_usd_per_t=s.carbon.price_usd_per_t, carbon_cap_t=s.carbon.cap_t_per_year,
     )
+
+
+def grid_gco2_per_kwh(s: Scenario, site: str, utc_hours) -> np.ndarray | None:
+    """A site's grid intensity at UTC ``utc_hours``: its hourly profile (local standard time of
+    the site's metro) scaled to the annual mean, or the annual mean every hour; None where the
+    scenario has no grid row for the site."""
+    row = s.grid_carbon.get(site)
+    if row is None:
+        return None
+    hours = np.asarray(utc_hours, dtype=float)
+    if not row.hourly_gco2_per_kwh:
+        return np.full(hours.shape, row.gco2_per_kwh)
+    profile = np.asarray(row.hourly_gco2_per_kwh, dtype=float)
+    scaled = profile * (row.gco2_per_kwh / profile.mean()) if profile.mean() > 0 else profile
+    return profile_at(list(scaled), hours + s.metros[s.sites[site].metro].utc_offset_hours)
+
+
+def _carbon_kg_per_node_hour(s: Scenario, slices: pd.DataFrame, site_gpus) -> dict[tuple[str, str, int], float]:
+    """(site, accelerator, slice) → kg CO2eq a powered node emits in an hour of the slice:
+    node kW × PUE × grid g/kWh at the slice's hour ÷ 1000. Sites without a grid row have none."""
+    out = {}
+    for site, g in site_gpus:
+        grid = grid_gco2_per_kwh(s, site, slices["hour"].to_numpy())
+        if grid is None:
+            continue
+        kw = s.accelerators[g].node_kw * s.sites[site].pue
+        out.update({(site, g, int(t)): float(kw * v / GRAMS_PER_KG) for t, v in zip(slices.index, grid)})
+    return out
 
 
 def _peak_load(s: Scenario, demand_df: pd.DataFrame) -> dict[str, float]:

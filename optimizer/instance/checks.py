@@ -54,6 +54,7 @@ def preflight(s: Scenario, raw: RawScenario) -> None:
     for wid in sorted(s.workloads):
         _check_workload(s, raw, wid, gpus)
     _check_demand(s, raw)
+    _check_grid_carbon(s, raw)
     token_prices(s.policy.token_price_provider, raw.origin("policy"))
     if s.network.graph:
         from optimizer.geography.network import build_graph
@@ -257,6 +258,18 @@ def _check_demand(s: Scenario, raw: RawScenario) -> None:
         f"the scenario has no demand: requests add up to {total:.3g} in the year (peak_requests_per_s_per_million_"
         "people × metro weight × mix × scale × diurnal profile at the planned hours); expected some metro and "
         "workload with demand", *_no_demand_culprit(s, raw))
+
+
+def _check_grid_carbon(s: Scenario, raw: RawScenario) -> None:
+    """A carbon price or cap needs every site's grid: a site without one would emit nothing."""
+    if s.carbon.price_usd_per_t <= 0 and s.carbon.cap_t_per_year is None:
+        return
+    missing = sorted(site for site in s.sites if site not in s.grid_carbon)
+    if missing:
+        raise ScenarioError(
+            f"carbon is priced or capped but the grid's carbon intensity of site(s) {', '.join(missing)} is not "
+            "known; expected a grid_carbon row for each site (the catalogue's grid_carbon.csv lists the shipped "
+            "sites), or no carbon price and cap", raw.origin("carbon"), field="carbon")
 
 
 def _too_much(peak: float) -> str:

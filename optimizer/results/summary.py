@@ -10,7 +10,8 @@ from importlib.metadata import version
 import numpy as np
 import pandas as pd
 
-from optimizer.base.units import HOURS_PER_YEAR, SECONDS_PER_HOUR
+from optimizer.base.contracts import COST_COLUMNS
+from optimizer.base.units import HOURS_PER_YEAR, KG_PER_TONNE, SECONDS_PER_HOUR
 from optimizer.curves.economics import cost_per_million_tokens_usd
 from optimizer.instance.build import Instance
 from optimizer.scenario import RawScenario, Scenario
@@ -92,6 +93,7 @@ def plan_summary(s: Scenario, raw: RawScenario, inst: Instance, result: SolveRes
         if gpu_hours_committed + gpu_hours_ondemand else 0.0,
         "predicted_ttft_attainment": _attainment(tables["slo"], tables["routing"], "ttft"),
         "predicted_itl_attainment": _attainment(tables["slo"], tables["routing"], "itl"),
+        "carbon": carbon_summary(s, inst, proc, annual_tokens),
         "gpus_by_type_peak": gpus_by_type_peak(inst, sol),
         "baseline_cost_usd": base.total_cost_usd,
         "baseline_gpu_by_workload": base.gpu_by_workload,
@@ -177,6 +179,22 @@ def _gpu_hours_by_workload(inst: Instance, sol) -> tuple[dict[str, float], dict[
         every[p.workload] += hours
         prompt[p.workload] += hours * p.config.input_share
     return prompt, every
+
+
+def carbon_summary(s, inst, proc, annual_tokens: float) -> dict:
+    """What the plan's powered nodes emit in its year (procurement's carbon_t), per million
+    output tokens served, its price and cap, and the sites the scenario has no grid data for."""
+    tonnes = float(proc["carbon_t"].sum()) if "carbon_t" in proc else 0.0
+    cap = inst.carbon_cap_t
+    return {
+        "t_per_year": tonnes,
+        "kg_per_million_tokens": tonnes * KG_PER_TONNE / annual_tokens * 1e6 if annual_tokens else None,
+        "price_usd_per_t": inst.carbon_usd_per_t,
+        "cost_usd": float(proc[COST_COLUMNS["carbon"]].sum()) if COST_COLUMNS["carbon"] in proc else 0.0,
+        "cap_t_per_year": cap,
+        "over_cap_t": max(tonnes - cap, 0.0) if cap is not None else 0.0,
+        "sites_without_grid_data": sorted(site for site in inst.sites if site not in s.grid_carbon),
+    }
 
 
 def _attainment(slo: pd.DataFrame, routing: pd.DataFrame, what: str) -> float:

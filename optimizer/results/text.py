@@ -22,6 +22,24 @@ def _or_dash(value, fmt: str) -> str:
     return "–" if value is None else fmt.format(value)
 
 
+def _carbon_lines(carbon: dict | None) -> list[str]:
+    """Tonnes a year and per million tokens; the price paid, the cap and any excess; the
+    sites whose grid is not known (not counted)."""
+    if not carbon:
+        return []
+    line = f"  carbon {carbon['t_per_year']:,.0f} tCO2eq/year"
+    if carbon.get("kg_per_million_tokens") is not None:
+        line += f", {carbon['kg_per_million_tokens']:.3f} kg per million output tokens"
+    if carbon["price_usd_per_t"]:
+        line += f"; priced at ${carbon['price_usd_per_t']:,.0f}/t: ${carbon['cost_usd']:,.0f}/year"
+    if carbon.get("cap_t_per_year") is not None:
+        line += f"; cap {carbon['cap_t_per_year']:,.0f} t" + (
+            f" — EXCEEDED by {carbon['over_cap_t']:,.0f} t (the whole plan; the bound keeps the cap)"
+            if carbon["over_cap_t"] > 1e-6 else " kept")
+    missing = carbon.get("sites_without_grid_data") or []
+    return [line] + ([f"  no grid carbon data for {', '.join(missing)}: their tonnes are not counted"] if missing else [])
+
+
 def plan_text(sm: dict, out) -> str:
     """What `fleetplan plan` prints: the summary ``sm`` of the plan written to ``out``."""
     lines = [
@@ -38,6 +56,7 @@ def plan_text(sm: dict, out) -> str:
         f"  reserved share of GPU-hours {100 * sm['reserved_share_of_gpu_hours']:.0f} %, average utilisation "
         f"{100 * sm['average_utilization']:.0f} %, unserved {100 * sm['unserved_fraction']:.3f} %",
         "  GPUs at peak: " + ", ".join(f"{g} {n:,}" for g, n in sm["gpus_by_type_peak"].items()),
+        *_carbon_lines(sm.get("carbon")),
     ]
     lines += _robust_lines(sm)
     lines += _baseline_lines(sm)

@@ -19,13 +19,25 @@ Loading goes in three steps, so that overrides and sweeps share one mechanism: `
 the row and the field and say what was expected.
 """
 
-from optimizer.scenario.catalogue import Accelerator, Metro, Model, Owned, Place, Price, Site, Supply, Workload
+from optimizer.scenario.catalogue import (
+    Accelerator,
+    GridCarbon,
+    Metro,
+    Model,
+    Owned,
+    Place,
+    Price,
+    Site,
+    Supply,
+    Workload,
+)
 from optimizer.scenario.fields import Catalogued, Strict
 from optimizer.scenario.load import load_scenario
 from optimizer.scenario.model import Scenario
 from optimizer.scenario.overrides import apply_overrides, set_path
 from optimizer.scenario.raw import RawScenario, load_raw
 from optimizer.scenario.sections import (
+                                         Carbon,
                                          DayType,
                                          Demand,
                                          DemandRow,
@@ -41,7 +53,7 @@ from optimizer.scenario.sections import (
 from optimizer.scenario.tables import DATA_DIR, REFERENCE_SCENARIO, SECTIONS, TABLES, TableSpec
 from optimizer.scenario.validate import explain, validate, validate_row
 
-__all__ = ["Accelerator", "Catalogued", "DATA_DIR", "DayType", "Demand", "DemandRow", "Horizon", "Metro", "MixRow",
+__all__ = ["Accelerator", "Carbon", "Catalogued", "DATA_DIR", "DayType", "Demand", "DemandRow", "GridCarbon", "Horizon", "Metro", "MixRow",
            "Model", "NetworkSpec", "Owned", "Period", "Place", "Policy", "Price", "REFERENCE_SCENARIO", "RawScenario", "Robust",
            "SECTIONS", "Scenario", "Serving", "Site", "Speculative", "Strict", "Supply", "TABLES", "TableSpec", "Workload",
            "apply_overrides", "explain", "load_raw", "load_scenario", "set_path", "validate", "validate_row"]

@@ -117,6 +117,36 @@ class Site(Place):
     price_multiplier: float = bounded(1.0, ge=0.01, le=100, description="this site's GPU prices × this")
 
 
+class GridCarbon(Catalogued):
+    """A site's grid: its carbon intensity (gCO2eq per kWh drawn) as the annual mean and —
+    where a public hourly series exists — its mean by hour of day in the local standard time of
+    the site's metro (hour 0 first), which the plan scales to the annual mean."""
+
+    site: str
+    grid_zone: str | None = None
+    gco2_per_kwh: float = bounded(ge=0, le=2000, unit="gCO2eq/kWh",
+                                  why="lignite plants emit ~1,100 per kWh; no grid averages above ~900")
+    hourly_gco2_per_kwh: list[float] | None = bounded(
+        None, ge=0, le=2000, unit="gCO2eq/kWh", each=True,
+        description="24 values, local standard time, hour 0 first (semicolon separated in CSV); empty: the annual "
+                    "value every hour", why="lignite plants emit ~1,100 per kWh")
+    basis: str | None = Field(None, description="lifecycle or direct; consumption- or production-based; the year")
+
+    @field_validator("hourly_gco2_per_kwh", mode="before")
+    @classmethod
+    def _split(cls, value):
+        if isinstance(value, str):  # a CSV cell: values separated by semicolons
+            value = [v for v in value.replace(",", ";").split(";") if v.strip()] or None
+        return value
+
+    @field_validator("hourly_gco2_per_kwh")
+    @classmethod
+    def _a_day(cls, value):
+        if value is not None and len(value) != 24:  # after each value's range is checked (`Strict`)
+            raise ValueError(f"expected 24 hourly values (hour 0 first), got {len(value)}")
+        return value
+
+
 class Supply(Catalogued):
     """How many nodes of an accelerator a site can commit to and rent at once."""
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from optimizer.scenario.catalogue import Accelerator, Metro, Model, Owned, Price, Site, Supply, Workload
+from optimizer.scenario.catalogue import Accelerator, GridCarbon, Metro, Model, Owned, Price, Site, Supply, Workload
 from optimizer.scenario.fields import Strict
-from optimizer.scenario.sections import Demand, Horizon, NetworkSpec, Policy, Robust, Serving
+from optimizer.scenario.sections import Carbon, Demand, Horizon, NetworkSpec, Policy, Robust, Serving
 
 
 class Scenario(Strict):
@@ -28,6 +28,8 @@ class Scenario(Strict):
     serving: Serving
     policy: Policy
     robust: Robust = Field(default_factory=Robust)
+    grid_carbon: dict[str, GridCarbon] = Field(default_factory=dict)
+    carbon: Carbon = Field(default_factory=Carbon)
 
     def peak_to_mean(self, workload: str) -> float:
         """The intra-hour peak factor a workload's pools are sized for."""

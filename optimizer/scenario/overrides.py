@@ -124,7 +124,7 @@ def _select_table(raw: RawScenario, head: str, value, origin: Origin) -> None:
         raise ScenarioError(exc.message, origin, field=head) from None
     if head in ("sites", "accelerators"):
         provider = raw.data.get("price_provider", "reference")
-        for dep in ("supply", "owned", "prices"):
+        for dep in ("supply", "owned", "prices", "grid_carbon"):
             value = {"provider": provider} if dep == "prices" else None
             _merge_missing(raw.data[dep], table_rows(dep, value, raw.path, catalogue, raw.warnings))
         select_dependent_rows(raw.data, raw.origins, catalogue)

@@ -139,6 +139,8 @@ def _resolve_table(spec: TableSpec, value, yaml_path: Path, catalogue: Path, war
     """Apply the table forms described in the module docstring; returns rows with origins."""
     base_dir = yaml_path.parent
     catalogue_file = catalogue / spec.file
+    if value is None and spec.optional and not catalogue_file.exists():
+        return []  # a catalogue folder written before the table existed
     if value is None:
         return _read_table_csv(spec, catalogue_file, warnings)
     if isinstance(value, str):
@@ -403,10 +405,11 @@ def _select_dependent_rows(data: dict, origins: dict, catalogue: Path = DATA_DIR
         shipped = catalogue.resolve()
         folder = cache(lambda file: Path(file).parent.resolve())  # resolved once per file, not once per row
         for path, origin in sorted(origins.items(), key=lambda x: str(x[0])):
-            if path[0] not in ("supply", "owned", "prices") or folder(origin.file) == shipped:
+            if path[0] not in ("supply", "owned", "prices", "grid_carbon") or folder(origin.file) == shipped:
                 continue
-            refs = [("site", path[1], sites)] if path[0] == "supply" else []
-            refs.append(("accelerator", path[-1], gpus))
+            refs = [("site", path[1], sites)] if path[0] in ("supply", "grid_carbon") else []
+            if path[0] != "grid_carbon":
+                refs.append(("accelerator", path[-1], gpus))
             for kind, value, known in refs:
                 if value not in known:
                     warnings.append(f"{origin.describe()}: {unknown_id_message(kind, value, known)} — the row is ignored")
@@ -416,6 +419,7 @@ def _select_dependent_rows(data: dict, origins: dict, catalogue: Path = DATA_DIR
     }
     data["owned"] = {g: row for g, row in data["owned"].items() if g in gpus}
     data["prices"] = {g: row for g, row in data["prices"].items() if g in gpus}
+    data["grid_carbon"] = {s: row for s, row in data.get("grid_carbon", {}).items() if s in sites}
 
 
 def plain(value):

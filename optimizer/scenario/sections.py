@@ -301,6 +301,19 @@ class Policy(Strict):
     _warm = field_validator("warm_pool_fraction", "mip_gap", mode="before")(fraction_before)
 
 
+class Carbon(Strict):
+    """What the plan pays for the grid's emissions: every powered node draws node kW × PUE in
+    every hour it is powered, at its site's grid intensity of that hour (`grid_carbon`)."""
+
+    price_usd_per_t: float = bounded(
+        0.0, ge=0, le=10_000, unit="US$/tCO2eq", description="a carbon price (internal fee, tax or allowance) on "
+        "every tonne the fleet's power emits; 0: emissions reported, not priced",
+        why="EU allowances traded ~€75 in 2025; the US EPA's 2023 social cost of carbon is $190")
+    cap_t_per_year: float | None = bounded(
+        None, ge=0, le=1e9, unit="tCO2eq per year", description="at most these tonnes a year (the plan's "
+        "slices, weighted); empty: no cap", why="a 100 MW fleet on a 500 g/kWh grid emits ~440,000 t a year")
+
+
 class Robust(Strict):
     """Margins `fleetplan plan --robust` plans with. The plan folder keeps the nominal
     scenario; its summary reports the margins and the price of robustness (the robust plan's

@@ -36,6 +36,7 @@ class TableSpec:
     file: str
     model: type[BaseModel]
     key: tuple[str, ...]
+    optional: bool = False  # a catalogue folder may lack the file (an empty table)
 
     def label(self, values: dict) -> str:
         return f"{self.name} " + "/".join(f"'{values.get(k)}'" for k in self.key)
@@ -49,10 +50,11 @@ TABLES = {
     "metros": TableSpec("metros", "metros.csv", rows.Metro, ("id",)),
     "sites": TableSpec("sites", "sites.csv", rows.Site, ("id",)),
     "supply": TableSpec("supply", "supply.csv", rows.Supply, ("site", "gpu")),
+    "grid_carbon": TableSpec("grid_carbon", "grid_carbon.csv", rows.GridCarbon, ("site",), optional=True),
     "workloads": TableSpec("workloads", "workloads.csv", rows.Workload, ("id",)),
 }
 DIURNAL_FILE = "diurnal.csv"
 SECTIONS = {"horizon": sections.Horizon, "demand": sections.Demand, "network": sections.NetworkSpec,
             "serving": sections.Serving, "policy": sections.Policy,
-            "robust": sections.Robust}
+            "robust": sections.Robust, "carbon": sections.Carbon}
 TOP_LEVEL = {"name", "description", "catalogue", "calibration", *TABLES, "diurnal", *SECTIONS, "traces"}

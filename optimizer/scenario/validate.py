@@ -149,6 +149,8 @@ def _check_shape(raw: RawScenario) -> None:
 
 
 def _validate(raw: RawScenario) -> Scenario:
+    if isinstance(raw.data, dict):
+        raw.data.setdefault("grid_carbon", {})  # a scenario.json from before grid carbon has none
     _check_shape(raw)
     d = raw.data
     tables = {}

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.base.units import HOURS_PER_YEAR
+from optimizer.base.units import HOURS_PER_YEAR, KG_PER_TONNE
 from optimizer.instance.build import Instance
-from optimizer.solve.fleet import ondemand_for, plan_hours
+from optimizer.solve.fleet import carbon_kg_per_node_hour, ondemand_for, plan_hours
 
 
 def _cheapest_term(inst: Instance, site: str, gpu: str) -> tuple[str | None, float]:
@@ -36,6 +36,16 @@ class Committed:
     ondemand: np.ndarray
     cost_usd: float
     over_cap: bool
+
+
+def _carbon_usd_per_node(inst: Instance, site: str, gpu: str, ids: list[int], hours) -> np.ndarray:
+    """$ of carbon a node powered in each planned position costs over the year (h · kg · $/t / 1000),
+    at the price the searches pay (`Instance.carbon_search_usd_per_t`); all zero where none."""
+    price = inst.carbon_search_usd_per_t if inst.carbon_search_usd_per_t is not None else inst.carbon_usd_per_t
+    if price <= 0:
+        return np.zeros(len(ids))
+    kg = carbon_kg_per_node_hour(inst, site, gpu, [inst.states[sid].slice for sid in ids])
+    return hours.weight_hours * kg * price / KG_PER_TONNE
 
 
 class Commitments:
@@ -63,6 +73,9 @@ class Commitments:
         od_rate = inst.contracts[(site, gpu)].ondemand
         cost = (c * rate * HOURS_PER_YEAR + od_rate * (o @ hours.weight_hours)
                 + od_rate * inst.cold_start_hours * (hours.rises(o) @ hours.repeats))
+        carbon = _carbon_usd_per_node(inst, site, gpu, self.ids, hours)
+        if carbon.any():  # every committed node is powered every hour, on-demand ones when rented
+            cost = cost + c * carbon.sum() + o @ carbon
         over = o.max(axis=1) > inst.ondemand_max[(site, gpu)]
         i = int(np.lexsort((cost, over))[0])
         return Committed(term, int(c[i]), o[i], float(cost[i]), bool(over[i]))
@@ -80,6 +93,7 @@ class PairCost:
         inst = rule.inst
         self.term, self.rate = _cheapest_term(inst, site, gpu)
         self.od_rate = inst.contracts[(site, gpu)].ondemand
+        self.carbon = _carbon_usd_per_node(inst, site, gpu, rule.ids, rule.hours)
         self.cap_c = inst.committed_max[(site, gpu)] if self.term else 0
         self.previous = rule.hours.previous
         self.following = np.argsort(self.previous)  # the position each one is the previous of
@@ -93,6 +107,8 @@ class PairCost:
         self.o = np.stack([self._column(t, need[t]) for t in range(len(need))], axis=1)
         self.cost = (self.c * self.rate * HOURS_PER_YEAR + self.od_rate * (self.o @ hours.weight_hours)
                      + self.od_rate * self.rule.inst.cold_start_hours * (hours.rises(self.o) @ hours.repeats))
+        if self.carbon.any():
+            self.cost = self.cost + self.c * self.carbon.sum() + self.o @ self.carbon
 
     def _column(self, t: int, nodes: int) -> np.ndarray:
         o = ondemand_for(nodes, self.c, self.rule.inst.warm_fraction)
@@ -130,6 +146,8 @@ class PairCost:
             cost += self._ramp(at(t), at(before), t) - self._ramp(self.o[:, t], self.o[:, before], t)
         for t, column in columns.items():
             cost += self.od_rate * self.rule.hours.weight_hours[t] * (column - self.o[:, t])
+            if self.carbon[t]:
+                cost += self.carbon[t] * (column - self.o[:, t])
         o = self.o.copy() if len(columns) > 1 else self.o
         if o is self.o:
             (t, column), = columns.items()
@@ -159,7 +177,8 @@ def commit(inst: Instance, need: dict[tuple[str, str, int], int]):
     """Per (site, accelerator): the whole number of committed nodes c, on the cheapest allowed
     term, minimising
 
-        c · rate_c · 8760 + Σ_t h_t · rate_od · o_t(c) + ramp cost(o(c)),
+        c · rate_c · 8760 + Σ_t h_t · rate_od · o_t(c) + ramp cost(o(c))
+          + Σ_t h_t · carbon_t · (c + o_t(c))      (carbon_t: $ of a node-hour's emissions),
         o_t(c) = ⌈max(0, N_t − c) / (1 − φ)⌉,
 
     N_t the nodes the state's whole replicas need; a c whose o exceeds the on-demand cap only

@@ -11,7 +11,7 @@ from optimizer.instance.build import Instance
 from optimizer.scenario import Scenario
 from optimizer.serving.budget import Stages, best_waterfall
 from optimizer.serving.configs import decode_floor_ms, workload_configs
-from optimizer.solve.fleet import Solution, committed_nodes, site_kw
+from optimizer.solve.fleet import Solution, carbon_tonnes, committed_nodes, plan_hours, plan_tonnes, site_kw
 
 
 def unreachable_reasons(s: Scenario, inst: Instance, rtt: pd.DataFrame) -> list[str]:
@@ -99,9 +99,23 @@ def capacity_reasons(s: Scenario, inst: Instance, sol: Solution) -> list[str]:
                     and sol.ondemand.get((site, g, sid), 0) >= inst.ondemand_max[(site, g)]:
                 full.append(f"{site} out of {g} supply ({inst.committed_max[(site, g)]} reserved + "
                             f"{inst.ondemand_max[(site, g)]} on-demand nodes)")
+    if inst.carbon_cap_t is not None:
+        tonnes = sum(plan_tonnes(inst, sol, site, g) for site, g in inst.site_gpus)
+        if tonnes + _cleanest_node_t(inst) > inst.carbon_cap_t:  # not one more node fits under the cap
+            full.append(f"the carbon cap of {inst.carbon_cap_t:,.0f} t a year is reached ({tonnes:,.0f} t): serving "
+                        "the rest would emit more — expected a higher carbon.cap_t_per_year, cleaner sites or "
+                        "more efficient accelerators")
     where = "; ".join(full) if full else "no site is at its power or supply limit — the penalty for unserved demand is below the cost of serving it"
     return [f"{by_state[sid]:.1f} req/s go unserved at the busiest such hour ({slice_row['period']} {slice_row['day_type']} "
             f"{int(slice_row['hour']):02d}:00 UTC): {where}"]
+
+
+def _cleanest_node_t(inst: Instance) -> float:
+    """Tonnes the cleanest node of any (site, accelerator) emits powered for the planned year."""
+    ids, hours = plan_hours(inst)
+    slices = [inst.states[sid].slice for sid in ids]
+    return min((float(carbon_tonnes(inst, s, g, slices, hours.weight_hours, 1).sum()) for s, g in inst.site_gpus),
+               default=0.0)
 
 
 def diagnose(s: Scenario, inst: Instance, sol: Solution, rtt: pd.DataFrame) -> str:

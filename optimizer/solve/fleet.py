@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from optimizer.base.contracts import COST_COLUMNS, TERMS
-from optimizer.base.units import HOURS_PER_YEAR, SECONDS_PER_HOUR, Role
+from optimizer.base.units import HOURS_PER_YEAR, KG_PER_TONNE, SECONDS_PER_HOUR, Role
 from optimizer.curves.queueing import servers_needed, servers_needed_many
 from optimizer.instance.build import Instance
 from optimizer.instance.pools import Pool
@@ -221,21 +221,38 @@ class Priced:
     kw: np.ndarray
     ondemand_usd: np.ndarray  # per hour of the sequence (× its weight)
     ramp_usd: np.ndarray
+    carbon_t: np.ndarray  # what the powered nodes emit in each hour of the sequence (× its weight)
+    carbon_usd: np.ndarray  # that, at the scenario's carbon price
 
 
 def price_hours(inst: Instance, site: str, gpu: str, committed: int, gpus_needed: np.ndarray, hours: Hours,
-                floor_nodes=0) -> Priced:
-    """The module's rules (docstring) for one (site, accelerator) over ``hours``; an hour rents
-    at least ``floor_nodes`` (per hour or one number: nodes kept for a site-loss contingency)."""
+                slices, floor_nodes=0) -> Priced:
+    """The module's rules (docstring) for one (site, accelerator) over ``hours``, each an hour
+    of one of ``slices`` (its grid's carbon intensity); an hour rents at least ``floor_nodes``
+    (per hour or one number: nodes kept for a site-loss contingency)."""
     per_node = inst.gpus_per_node[gpu]
     cap = inst.ondemand_max[(site, gpu)]
     wanted = np.maximum(ondemand_for(nodes_for(gpus_needed, per_node), committed, inst.warm_fraction), floor_nodes)
     o = np.minimum(wanted, cap)
     usable = usable_gpus(committed, o, per_node, inst.warm_fraction)
     rate = inst.contracts[(site, gpu)].ondemand
+    tonnes = carbon_tonnes(inst, site, gpu, slices, hours.weight_hours, committed + o)
     return Priced(o, wanted, usable, np.maximum(np.asarray(gpus_needed) - usable, 0).astype(np.int64),
                   node_kw(inst, site, gpu, committed + o), rate * hours.weight_hours * o,
-                  rate * inst.cold_start_hours * hours.repeats * hours.rises(o))
+                  rate * inst.cold_start_hours * hours.repeats * hours.rises(o), tonnes, inst.carbon_usd_per_t * tonnes)
+
+
+def carbon_kg_per_node_hour(inst: Instance, site: str, gpu: str, slices) -> np.ndarray:
+    """kg CO2eq one powered node of (site, accelerator) emits in an hour of each of ``slices``
+    (0 where the site has no grid row)."""
+    return np.array([inst.carbon_kg_per_node_hour.get((site, gpu, int(t)), 0.0) for t in slices], dtype=float)
+
+
+def carbon_tonnes(inst: Instance, site: str, gpu: str, slices, weight_hours, powered_nodes) -> np.ndarray:
+    """Tonnes the powered nodes emit in each of the hours (``weight_hours`` each, of ``slices``):
+    h · kg per node-hour · nodes / 1000."""
+    kg = carbon_kg_per_node_hour(inst, site, gpu, slices)
+    return np.asarray(weight_hours, dtype=float) * kg * np.asarray(powered_nodes, dtype=float) / KG_PER_TONNE
 
 
 def gpus_short(inst: Instance, sol: Solution) -> dict:
@@ -298,13 +315,26 @@ def procurement_table(inst: Instance, sol: Solution) -> pd.DataFrame:
             cost["energy"] += HOURS_PER_YEAR * price.energy * nodes
         cost["ondemand"] = contract.ondemand * od_hours
         cost["ramp"] = contract.ondemand * ramp_hours
+        tonnes = plan_tonnes(inst, sol, s, g)
+        cost["carbon"] = inst.carbon_usd_per_t * tonnes
         row.update({COST_COLUMNS[category]: usd for category, usd in cost.items()})
         row["cost_usd"] = sum(cost.values())
+        row["carbon_t"] = tonnes
         if row["reserved_nodes"] or od_hours:
             rows.append(row)
     egress = sum(SECONDS_PER_HOUR * weight[key[4]] * inst.egress_usd_per_request[key[2]] * x for key, x in sol.routes.items())
     rows.append({"site": "*", "gpu": "egress", "cost_usd": egress})
     return pd.DataFrame(rows).fillna(0)
+
+
+def plan_tonnes(inst: Instance, sol: Solution, site: str, gpu: str) -> float:
+    """Tonnes CO2eq one (site, accelerator) of the plan emits in its year: every committed node
+    powered in every planned hour, on-demand nodes in the hours they are rented."""
+    ids, hours = plan_hours(inst)
+    slices = [inst.states[sid].slice for sid in ids]
+    c = sum(sol.committed.get((site, gpu, term.id), 0) for term in TERMS)
+    o = np.array([sol.ondemand.get((site, gpu, sid), 0) for sid in ids], dtype=float)
+    return float(carbon_tonnes(inst, site, gpu, slices, hours.weight_hours, c + o).sum())
 
 
 def node_table(inst: Instance, sol: Solution) -> pd.DataFrame:

@@ -109,6 +109,7 @@ class Candidate:
     cost_usd: float
     solution: Solution
     unserved_request_hours: float = 0.0
+    over_cap_t: float = 0.0  # tonnes a year above the scenario's carbon cap
 
     def better_than(self, other: "Candidate | None") -> bool:
         if other is None:
@@ -118,6 +119,8 @@ class Candidate:
             return True
         if self.unserved_request_hours > other.unserved_request_hours + tolerance:
             return False
+        if abs(self.over_cap_t - other.over_cap_t) > 1e-6:  # a plan that keeps the cap before a cheaper one
+            return self.over_cap_t < other.over_cap_t
         return self.cost_usd < other.cost_usd - 1e-6
 
 

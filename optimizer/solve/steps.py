@@ -24,8 +24,9 @@ Measured effects of each step are in benchmarks/RESULTS.md ("Solve steps").
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from formulations import carbon_cap_row
 from optimizer.base.errors import TimeLimitNoPlanError
 from optimizer.instance.build import Instance
 from optimizer.solve import moves
@@ -135,6 +136,7 @@ def _master_solve(ctx: Context, kind: str, coefficients: dict) -> tuple[Candidat
     ctx.master_solves += 1
     ctx.stopped_by_clock = ctx.stopped_by_clock or out.status == "time_limit"
     reading = ctx.cache.read(out.x)
+    _price_the_cap(ctx, out)
     new = candidate(ctx.inst, repair(ctx.inst, reading.flows, reading.routes, reading.unserved))
     ctx.last_fit = new
     ctx.log.append(SolveStep(kind, out.status, out.objective, out.bound, time.perf_counter() - t, new.cost_usd))
@@ -144,6 +146,17 @@ def _master_solve(ctx: Context, kind: str, coefficients: dict) -> tuple[Candidat
     if not fits(new.solution):
         _reserve_room(ctx, new.solution, coefficients)
     return new, out
+
+
+def _price_the_cap(ctx: Context, out) -> None:
+    """A binding carbon cap's shadow price (its row's dual in the master LP) joins the carbon
+    price the whole-plan searches pay (`Instance.carbon_search_usd_per_t`): making the plan
+    whole and the moves then trade tonnes as the master did, and keep near the cap."""
+    row = carbon_cap_row(ctx.cache.lp)
+    if row is None or out.row_dual is None:
+        return
+    shadow = max(0.0, -float(out.row_dual[row]))
+    ctx.inst = replace(ctx.inst, carbon_search_usd_per_t=ctx.inst.carbon_usd_per_t + shadow)
 
 
 def _reserve_room(ctx: Context, sol: Solution, coefficients: dict) -> None:

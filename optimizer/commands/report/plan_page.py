@@ -62,6 +62,9 @@ def key_figures(s: dict) -> pd.DataFrame:
         ("goodput tokens/s, average and peak",
          f"{f.count(s.get('goodput_tokens_per_s_avg'))} and {f.count(s.get('goodput_tokens_per_s_peak'))}"),
         ("tokens/s per MW", f.count(s.get("tokens_per_s_per_mw"))),
+        ("carbon a year, and per million output tokens",
+         f"{f.count((s.get('carbon') or {}).get('t_per_year'))} tCO2eq, "
+         f"{f.count(1000 * ((s.get('carbon') or {}).get('kg_per_million_tokens') or 0))} g"),
         ("reserved share of GPU-hours", f.pct(s.get("reserved_share_of_gpu_hours"))),
         ("average utilisation", f.pct(s.get("average_utilization"))),
         ("unserved demand", f.pct(s.get("unserved_fraction"), 3)),
