@@ -100,7 +100,7 @@ def capacity_reasons(s: Scenario, inst: Instance, sol: Solution) -> list[str]:
                 full.append(f"{site} out of {g} supply ({inst.committed_max[(site, g)]} reserved + "
                             f"{inst.ondemand_max[(site, g)]} on-demand nodes)")
     if inst.carbon_cap_t is not None:
-        tonnes = sum(plan_tonnes(inst, sol, site, g) for site, g in inst.site_gpus)
+        tonnes = sum(plan_tonnes(inst, sol).values())
         if tonnes + _cleanest_node_t(inst) > inst.carbon_cap_t:  # not one more node fits under the cap
             full.append(f"the carbon cap of {inst.carbon_cap_t:,.0f} t a year is reached ({tonnes:,.0f} t): serving "
                         "the rest would emit more — expected a higher carbon.cap_t_per_year, cleaner sites or "

@@ -297,6 +297,7 @@ def procurement_table(inst: Instance, sol: Solution) -> pd.DataFrame:
     weight = {st.id: st.weight_hours for st in inst.states}
     days = {st.id: st.days for st in inst.states}
     ramps = ramp_nodes(inst, sol.ondemand) if inst.cold_start_hours > 0 else {}
+    tonnes_of = plan_tonnes(inst, sol)
     rows = []
     for s, g in inst.site_gpus:
         contract = inst.contracts[(s, g)]
@@ -315,7 +316,7 @@ def procurement_table(inst: Instance, sol: Solution) -> pd.DataFrame:
             cost["energy"] += HOURS_PER_YEAR * price.energy * nodes
         cost["ondemand"] = contract.ondemand * od_hours
         cost["ramp"] = contract.ondemand * ramp_hours
-        tonnes = plan_tonnes(inst, sol, s, g)
+        tonnes = tonnes_of.get((s, g), 0.0)
         cost["carbon"] = inst.carbon_usd_per_t * tonnes
         row.update({COST_COLUMNS[category]: usd for category, usd in cost.items()})
         row["cost_usd"] = sum(cost.values())
@@ -327,14 +328,20 @@ def procurement_table(inst: Instance, sol: Solution) -> pd.DataFrame:
     return pd.DataFrame(rows).fillna(0)
 
 
-def plan_tonnes(inst: Instance, sol: Solution, site: str, gpu: str) -> float:
-    """Tonnes CO2eq one (site, accelerator) of the plan emits in its year: every committed node
-    powered in every planned hour, on-demand nodes in the hours they are rented."""
+def plan_tonnes(inst: Instance, sol: Solution) -> dict[tuple[str, str], float]:
+    """Tonnes CO2eq each (site, accelerator) of the plan emits in its year: every committed node
+    powered in every planned hour, on-demand nodes in the hours they are rented (none where the
+    instance knows no grid)."""
+    if not inst.carbon_kg_per_node_hour:
+        return {}
     ids, hours = plan_hours(inst)
     slices = [inst.states[sid].slice for sid in ids]
-    c = sum(sol.committed.get((site, gpu, term.id), 0) for term in TERMS)
-    o = np.array([sol.ondemand.get((site, gpu, sid), 0) for sid in ids], dtype=float)
-    return float(carbon_tonnes(inst, site, gpu, slices, hours.weight_hours, c + o).sum())
+    committed = committed_nodes(sol)
+    out = {}
+    for s, g in inst.site_gpus:
+        o = np.array([sol.ondemand.get((s, g, sid), 0) for sid in ids], dtype=float)
+        out[(s, g)] = float(carbon_tonnes(inst, s, g, slices, hours.weight_hours, committed.get((s, g), 0) + o).sum())
+    return out
 
 
 def node_table(inst: Instance, sol: Solution) -> pd.DataFrame:

@@ -37,7 +37,7 @@ def over_cap_t(inst: Instance, sol: Solution) -> float:
     """Tonnes a year the whole plan emits above the carbon cap (0 without one)."""
     if inst.carbon_cap_t is None:
         return 0.0
-    return max(sum(plan_tonnes(inst, sol, s, g) for s, g in inst.site_gpus) - inst.carbon_cap_t, 0.0)
+    return max(sum(plan_tonnes(inst, sol).values()) - inst.carbon_cap_t, 0.0)
 
 
 def at_sizes(inst: Instance, sizes: dict[tuple[int, int], int]) -> dict[tuple[int, int], float]:
