@@ -104,7 +104,9 @@ class PairCost:
         hours = self.rule.hours
         self.need = need
         self.c = np.arange(0, min(self.cap_c, max(int(need.max(initial=0)), self.contingency)) + 1)
-        self.o = np.stack([self._column(t, need[t]) for t in range(len(need))], axis=1)
+        warm, peak = self.rule.inst.warm_fraction, self.rule.peak_pos
+        self.o = ondemand_for(need[None, :], self.c[:, None], warm)  # every state's column at once (`_column`)
+        self.o[:, peak] = np.maximum(self.o[:, peak], ondemand_for(self.contingency, self.c, warm))
         self.cost = (self.c * self.rate * HOURS_PER_YEAR + self.od_rate * (self.o @ hours.weight_hours)
                      + self.od_rate * self.rule.inst.cold_start_hours * (hours.rises(self.o) @ hours.repeats))
         if self.carbon.any():
