@@ -113,7 +113,8 @@ class Context:
 
     def progress_line(self, event: str) -> None:
         gap = self.gap
-        self.say(f"[{self.elapsed():6.1f} s] plan ${self.best_usd:,.0f}, bound ${self.bound_usd:,.0f}, gap "
+        usd = lambda x: f"${x:,.0f}" if x is not None else "-"  # noqa: E731  (no plan or bound yet)
+        self.say(f"[{self.elapsed():6.1f} s] plan {usd(self.best_usd)}, bound {usd(self.bound_usd)}, gap "
                  + (f"{gap:.2%}" if gap is not None else "-") + f" — {event}")
 
 
