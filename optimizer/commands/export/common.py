@@ -16,7 +16,7 @@ import pandas as pd
 from optimizer.base.errors import Origin, ScenarioError
 from optimizer.base.units import Role
 from optimizer.commands.export.bounds import bounds_at
-from optimizer.commands.export.fleet import ANNOTATION, GPU_RESOURCES, Fleet, ServingPool, Slice, model_repo
+from optimizer.commands.export.fleet import ANNOTATION, GPU_RESOURCES, Fleet, PoolKey, ServingPool, Slice, model_repo
 
 BOUNDS_FILE = "bounds.csv"
 
@@ -80,16 +80,9 @@ def vllm_args(p: ServingPool, ctx: ExportJob) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Running:
+class Running(PoolKey):
     """A pool as a manifest states it (what `import-deployment` reads)."""
 
-    site: str
-    workload: str
-    tier: int
-    role: str
-    speed: int
-    gpu: str
-    config: str
     gpus_per_replica: int
     tp: int
     nodes: int

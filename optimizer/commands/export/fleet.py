@@ -55,8 +55,8 @@ def dns_name(*parts) -> str:
 
 
 @dataclass(frozen=True)
-class ServingPool:
-    """One pool of a plan: its key in pools.csv, its engine and its replicas per slice."""
+class PoolKey:
+    """What names a pool in pools.csv, in a plan and in a manifest alike."""
 
     site: str
     workload: str
@@ -65,6 +65,12 @@ class ServingPool:
     speed: int
     gpu: str
     config: str
+
+
+@dataclass(frozen=True)
+class ServingPool(PoolKey):
+    """One pool of a plan: its key in pools.csv, its engine and its replicas per slice."""
+
     model: str
     gpus: int  # per replica
     tp: int
