@@ -197,13 +197,13 @@ def _check_ttft(s: Scenario, raw: RawScenario, wid: str) -> None:
     sv, net = s.serving, s.network
     rtt = net.access_rtt_ms + (0.0 if net.graph else net.site_rtt_ms)
     spent = sv.fixed_overhead_ms + rtt
-    if w.ttft_p99_ms <= spent:
-        where = "last-mile" if net.graph else "same-metro round trip"
-        raise ScenarioError(
-            f"the {w.ttft_p99_ms:g} ms p99 TTFT objective is spent before any compute starts: tokenisation "
-            f"{sv.tokenization_ms:g} + safety {sv.safety_ms:g} + admission {sv.admission_ms:g} ms and the shortest "
-            f"{where} {rtt:g} ms add up to {spent:g} ms; expected ttft_p99_ms well above {spent:g}",
-            raw.origin("workloads", wid), field="ttft_p99_ms")
+    if w.ttft_p99_ms > spent:
+        return
+    where = "last-mile" if net.graph else "same-metro round trip"
+    spending = (f"tokenisation {sv.tokenization_ms:g} + safety {sv.safety_ms:g} + admission {sv.admission_ms:g} ms "
+                f"and the shortest {where} {rtt:g} ms add up to {spent:g} ms")
+    raise ScenarioError(f"the {w.ttft_p99_ms:g} ms p99 TTFT objective is spent before any compute starts: {spending}; "
+                        f"expected ttft_p99_ms well above {spent:g}", raw.origin("workloads", wid), field="ttft_p99_ms")
 
 
 def _check_tiers(s: Scenario, raw: RawScenario, wid: str) -> None:
