@@ -90,6 +90,21 @@ def test_a_binding_cap_moves_load_to_the_cleaner_site():
     assert capped.summary["unserved_fraction"] == 0.0
 
 
+@pytest.mark.default_steps
+def test_without_the_exact_model_a_capped_plan_still_keeps_its_cap():
+    """Through the master and its whole plans (the default steps, not the exact model of a small
+    instance): the first whole plan emits more than the master's fractional nodes and is over
+    the cap, the master is solved again below it ("cap"), and the plan kept keeps the cap."""
+    free = make_plan(TINY, exact=False)
+    cap = 0.95 * free.summary["carbon"]["t_per_year"]
+    capped = make_plan(TINY, [f"carbon.cap_t_per_year={cap}"], exact=False)
+    kinds = [step["kind"] for step in capped.summary["steps"]]
+    assert "cap" in kinds  # the premise: the first whole plan was over the cap
+    assert capped.summary["carbon"]["t_per_year"] <= cap * (1 + 1e-6)
+    assert _served_at(capped, "dallas") > _served_at(free, "dallas") + 0.5
+    assert capped.summary["unserved_fraction"] == 0.0
+
+
 def test_a_cap_no_fleet_can_keep_is_diagnosed_as_the_cap():
     """Below what the cleanest site emits, demand can only go unserved: the error says the cap."""
     free = make_plan(TINY)

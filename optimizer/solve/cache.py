@@ -10,7 +10,17 @@ from __future__ import annotations
 
 import time
 
-from formulations import Mode, Reading, build_program, flow_columns, read_solution, refresh, structure, write_solution
+from formulations import (
+    Mode,
+    Reading,
+    build_program,
+    carbon_cap_row,
+    flow_columns,
+    read_solution,
+    refresh,
+    structure,
+    write_solution,
+)
 from formulations.linear import INF
 from optimizer.base.errors import NumericalTroubleError, ScenarioError, TimeLimitNoPlanError
 from optimizer.solve.backends import BACKENDS, Outcome, gc_paused
@@ -76,6 +86,14 @@ class ModelCache:
     def reserve_room(self, gpus: dict, kw_room: dict) -> None:
         """Leave GPUs free per (site, accelerator, state) and lower the kW room per (site, state)."""
         self.backend.apply([self.lp.set_params("gpu_reserve", gpus), self.lp.set_params("kw_room", kw_room)])
+
+    def set_carbon_cap(self, tonnes: float) -> bool:
+        """The carbon cap's right-hand side (a whole plan emits more than the master's fractional
+        one); False where the program has no cap."""
+        if carbon_cap_row(self.lp) is None:
+            return False
+        self.backend.apply([self.lp.set_params("carbon_cap_t", {(): tonnes})])
+        return True
 
     # ------------------------------------------------------------------ solving
     def start_from_basis(self) -> bool:

@@ -204,7 +204,33 @@ def bound(ctx: Context, best: Candidate | None) -> Candidate | None:
             break
         new, _ = done
         ctx.offer("room", new)
+    _tighten_the_cap(ctx, new, coefficients)
     return ctx.best
+
+
+CAP_SOLVES = 3  # master solves with the carbon cap lowered, at most, while the whole plan exceeds it
+
+
+def _tighten_the_cap(ctx: Context, plan: Candidate, coefficients: dict) -> None:
+    """Whole replicas and nodes emit more than the master's fractional ones: while the whole
+    plan exceeds the carbon cap, the master is solved again with the cap lowered by the excess
+    (as power room is left where whole replicas overflow a site); the cap is restored after."""
+    cap = ctx.inst.carbon_cap_t
+    if cap is None:
+        return
+    target = cap
+    for _ in range(CAP_SOLVES):
+        if plan.over_cap_t <= 0 or ctx.out_of_time() or target - plan.over_cap_t <= 0:
+            break
+        target -= plan.over_cap_t
+        if not ctx.cache.set_carbon_cap(target):
+            return
+        done = _master_solve(ctx, "cap", coefficients)
+        if done is None:
+            break
+        plan, _ = done
+        ctx.offer("cap", plan)
+    ctx.cache.set_carbon_cap(cap)
 
 
 def reoperate(ctx: Context, plan: Candidate) -> Candidate:
