@@ -199,13 +199,21 @@ def bound(ctx: Context, best: Candidate | None) -> Candidate | None:
     for _ in range(MAX_ROOM_SOLVES):  # whole replicas overflowed somewhere: the same prices, room left there
         if fits(new.solution) or ctx.out_of_time():
             break
-        done = _master_solve(ctx, "room", coefficients)
-        if done is None:
+        again = _solve_again(ctx, "room", coefficients)
+        if again is None:
             break
-        new, _ = done
-        ctx.offer("room", new)
+        new = again
     _tighten_the_cap(ctx, new, coefficients)
     return ctx.best
+
+
+def _solve_again(ctx: Context, kind: str, coefficients: dict) -> Candidate | None:
+    """The master solved again after a change to its program, its whole plan offered."""
+    done = _master_solve(ctx, kind, coefficients)
+    if done is None:
+        return None
+    ctx.offer(kind, done[0])
+    return done[0]
 
 
 CAP_SOLVES = 3  # master solves with the carbon cap lowered, at most, while the whole plan exceeds it
@@ -225,11 +233,10 @@ def _tighten_the_cap(ctx: Context, plan: Candidate, coefficients: dict) -> None:
         target -= plan.over_cap_t
         if not ctx.cache.set_carbon_cap(target):
             return
-        done = _master_solve(ctx, "cap", coefficients)
-        if done is None:
+        again = _solve_again(ctx, "cap", coefficients)
+        if again is None:
             break
-        plan, _ = done
-        ctx.offer("cap", plan)
+        plan = again
     ctx.cache.set_carbon_cap(cap)
 
 
