@@ -308,7 +308,7 @@ def _reroute(inst: Instance, commitment: Commitment, shares: PlanShares, lam: np
             if pid in shares._column:
                 new[0, shares._column[pid]] += max(float(x[col]), 0.0)
         short = [sum(p.gpus_short.sum() for p in _fleet(inst, commitment, _gpus(inst, shares.pools, y), one,
-                                                         np.full(1, -1)).values())
+                                                         slices[h:h + 1]).values())
                  for y in (loads[h][None, :], new)]
         if short[1] < short[0]:
             loads[h] = new[0]

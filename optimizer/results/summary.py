@@ -184,13 +184,13 @@ def _gpu_hours_by_workload(inst: Instance, sol) -> tuple[dict[str, float], dict[
 def carbon_summary(s, inst, proc, annual_tokens: float) -> dict:
     """What the plan's powered nodes emit in its year (procurement's carbon_t), per million
     output tokens served, its price and cap, and the sites the scenario has no grid data for."""
-    tonnes = float(proc["carbon_t"].sum()) if "carbon_t" in proc else 0.0
+    tonnes = float(proc["carbon_t"].sum())
     cap = inst.carbon_cap_t
     return {
         "t_per_year": tonnes,
         "kg_per_million_tokens": tonnes * KG_PER_TONNE / annual_tokens * 1e6 if annual_tokens else None,
         "price_usd_per_t": inst.carbon_usd_per_t,
-        "cost_usd": float(proc[COST_COLUMNS["carbon"]].sum()) if COST_COLUMNS["carbon"] in proc else 0.0,
+        "cost_usd": float(proc[COST_COLUMNS["carbon"]].sum()),
         "cap_t_per_year": cap,
         "over_cap_t": max(tonnes - cap, 0.0) if cap is not None else 0.0,
         "sites_without_grid_data": sorted(site for site in inst.sites if site not in s.grid_carbon),

@@ -38,16 +38,6 @@ class Committed:
     over_cap: bool
 
 
-def _carbon_usd_per_node(inst: Instance, site: str, gpu: str, ids: list[int], hours) -> np.ndarray:
-    """$ of carbon a node powered in each planned position costs over the year (h · kg · $/t / 1000),
-    at the price the searches pay (`Instance.carbon_search_usd_per_t`); all zero where none."""
-    price = inst.carbon_search_usd_per_t if inst.carbon_search_usd_per_t is not None else inst.carbon_usd_per_t
-    if price <= 0:
-        return np.zeros(len(ids))
-    kg = carbon_kg_per_node_hour(inst, site, gpu, [inst.states[sid].slice for sid in ids])
-    return hours.weight_hours * kg * price / KG_PER_TONNE
-
-
 class Commitments:
     """The commitment rule of `commit`, one (site, accelerator) at a time — for the plan's
     repair and for searches that change a few pairs' needs and price them again."""
@@ -58,6 +48,19 @@ class Commitments:
         peak = next(st.id for st in inst.states if st.slice == inst.peak_slice and st.lost_site is None)
         self.peak_pos = self.ids.index(peak)
         self.contingencies = [st.id for st in inst.states if st.lost_site is not None]
+        self._carbon: dict[tuple[str, str], np.ndarray] = {}
+
+    def carbon_usd(self, site: str, gpu: str) -> np.ndarray:
+        """$ of carbon a node powered in each planned position costs over the year (h · kg · $/t
+        / 1000), at the price the searches pay (`Instance.carbon_search_usd_per_t`); all zero
+        where none. Once per pair: searches price a pair thousands of times."""
+        if (site, gpu) not in self._carbon:
+            inst = self.inst
+            price = inst.carbon_search_usd_per_t if inst.carbon_search_usd_per_t is not None else inst.carbon_usd_per_t
+            kg = carbon_kg_per_node_hour(inst, site, gpu, [inst.states[sid].slice for sid in self.ids]) \
+                if price > 0 else np.zeros(len(self.ids))
+            self._carbon[(site, gpu)] = self.hours.weight_hours * kg * price / KG_PER_TONNE
+        return self._carbon[(site, gpu)]
 
     def best(self, site: str, gpu: str, need: np.ndarray, need_contingency: int = 0) -> Committed:
         """c minimising the commit cost for nodes needed per nominal state ``need``; the peak
@@ -73,7 +76,7 @@ class Commitments:
         od_rate = inst.contracts[(site, gpu)].ondemand
         cost = (c * rate * HOURS_PER_YEAR + od_rate * (o @ hours.weight_hours)
                 + od_rate * inst.cold_start_hours * (hours.rises(o) @ hours.repeats))
-        carbon = _carbon_usd_per_node(inst, site, gpu, self.ids, hours)
+        carbon = self.carbon_usd(site, gpu)
         if carbon.any():  # every committed node is powered every hour, on-demand ones when rented
             cost = cost + c * carbon.sum() + o @ carbon
         over = o.max(axis=1) > inst.ondemand_max[(site, gpu)]
@@ -93,7 +96,7 @@ class PairCost:
         inst = rule.inst
         self.term, self.rate = _cheapest_term(inst, site, gpu)
         self.od_rate = inst.contracts[(site, gpu)].ondemand
-        self.carbon = _carbon_usd_per_node(inst, site, gpu, rule.ids, rule.hours)
+        self.carbon = rule.carbon_usd(site, gpu)
         self.cap_c = inst.committed_max[(site, gpu)] if self.term else 0
         self.previous = rule.hours.previous
         self.following = np.argsort(self.previous)  # the position each one is the previous of

@@ -291,6 +291,11 @@ def ramp_nodes(inst: Instance, ondemand: dict) -> dict[tuple[str, str, int], int
     return out
 
 
+# procurement.csv's columns, in order: there even where no (site, accelerator) has nodes
+PROCUREMENT_COLUMNS = ["site", "gpu", *(term.nodes_column for term in TERMS), "reserved_nodes", "ondemand_nodes_peak",
+                       "ondemand_node_hours", "ramp_node_hours", *COST_COLUMNS.values(), "cost_usd", "carbon_t"]
+
+
 def procurement_table(inst: Instance, sol: Solution) -> pd.DataFrame:
     """One row per (site, accelerator) with its nodes, node-hours and cost lines, plus one
     row for egress. cost_usd adds up to the plan's total cost."""
@@ -325,7 +330,7 @@ def procurement_table(inst: Instance, sol: Solution) -> pd.DataFrame:
             rows.append(row)
     egress = sum(SECONDS_PER_HOUR * weight[key[4]] * inst.egress_usd_per_request[key[2]] * x for key, x in sol.routes.items())
     rows.append({"site": "*", "gpu": "egress", "cost_usd": egress})
-    return pd.DataFrame(rows).fillna(0)
+    return pd.DataFrame(rows, columns=PROCUREMENT_COLUMNS).fillna(0)
 
 
 def plan_tonnes(inst: Instance, sol: Solution) -> dict[tuple[str, str], float]:

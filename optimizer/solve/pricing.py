@@ -10,15 +10,17 @@ import numpy as np
 from optimizer.base.units import HOURS_PER_YEAR, Role
 from optimizer.instance.build import Instance, reach
 from optimizer.instance.pools import kappa
-from optimizer.solve.fleet import Solution, plan_tonnes, procurement_table, replicas_needed, unserved_penalty_usd
+from optimizer.solve.fleet import Solution, procurement_table, replicas_needed, unserved_penalty_usd
 from optimizer.solve.settings import Candidate
 
 UNPRICEABLE = 1e6  # GPUs per request/s of a pool that cannot serve at all
 
 
-def plan_cost(inst: Instance, sol: Solution) -> float:
-    """What a whole plan costs, with the unserved-demand penalty."""
-    return float(procurement_table(inst, sol)["cost_usd"].sum()) + unserved_penalty_usd(inst, sol)
+def plan_cost(inst: Instance, sol: Solution, proc=None) -> float:
+    """What a whole plan costs, with the unserved-demand penalty (``proc``: its procurement
+    table, where already made)."""
+    proc = procurement_table(inst, sol) if proc is None else proc
+    return float(proc["cost_usd"].sum()) + unserved_penalty_usd(inst, sol)
 
 
 def unserved_request_hours(inst: Instance, sol: Solution) -> float:
@@ -30,14 +32,9 @@ def unserved_request_hours(inst: Instance, sol: Solution) -> float:
 
 def candidate(inst: Instance, sol: Solution) -> Candidate:
     """A whole plan as the steps compare it (`settings.Candidate`)."""
-    return Candidate(plan_cost(inst, sol), sol, unserved_request_hours(inst, sol), over_cap_t(inst, sol))
-
-
-def over_cap_t(inst: Instance, sol: Solution) -> float:
-    """Tonnes a year the whole plan emits above the carbon cap (0 without one)."""
-    if inst.carbon_cap_t is None:
-        return 0.0
-    return max(sum(plan_tonnes(inst, sol).values()) - inst.carbon_cap_t, 0.0)
+    proc = procurement_table(inst, sol)
+    over_cap_t = 0.0 if inst.carbon_cap_t is None else max(float(proc["carbon_t"].sum()) - inst.carbon_cap_t, 0.0)
+    return Candidate(plan_cost(inst, sol, proc), sol, unserved_request_hours(inst, sol), over_cap_t)
 
 
 def at_sizes(inst: Instance, sizes: dict[tuple[int, int], int]) -> dict[tuple[int, int], float]:
