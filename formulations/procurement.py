@@ -8,7 +8,8 @@ Columns   c[s,g,term] ≥ 0   committed nodes (every hour of the year)
           Integer where the mode counts whole replicas. The master problem keeps them continuous: its plan is made
           whole afterwards (`optimizer.solve.commitments.commit`), where node integrality decomposes
           by (site, accelerator) and is solved exactly.
-Supply    Σ_term c[s,g,term] ≤ reserved cap;   o[s,g,t] ≤ on-demand cap
+Supply    Σ_term c[s,g,term] ≤ reserved cap over the terms the plan signs; an existing
+          fleet's term (`Instance.existing_nodes`) at most the nodes it has;   o[s,g,t] ≤ on-demand cap
 Nodes     usable[s,g,t]  = Σ c + (1 − φ) · o    (φ: warm-pool share of on-demand nodes, kept
                                                  idle to absorb rises faster than a cold start)
           powered[s,g,t] = Σ c + o
@@ -24,7 +25,7 @@ the ramps relaxed around the state).
 
 from __future__ import annotations
 
-from formulations.linear import Param
+from formulations.linear import INF, Param
 
 
 def add_to(build) -> None:
@@ -39,8 +40,9 @@ def add_to(build) -> None:
     mode = build.mode
     if mode.commitment_fixed:
         committed = lp.add_cols("committed", committed_index, lower=_fixed(inst, mode), upper=_fixed(inst, mode))
-    else:
-        committed = lp.add_cols("committed", committed_index, integer=mode.integer_replicas)
+    else:  # the fleet's own nodes: at most what it has
+        committed = lp.add_cols("committed", committed_index, upper=lambda key: inst.existing_nodes.get(key, INF),
+                                integer=mode.integer_replicas)
     if mode.commitment_priced:
         lp.param("state_committed_usd", {key: float(mode.committed_usd.get(key, 0.0)) for key in inst.site_gpus})
     if mode.ondemand_surcharged:
@@ -51,8 +53,11 @@ def add_to(build) -> None:
     ondemand = lp.add_cols("ondemand", ondemand_index, upper=lambda key: Param("ondemand_max", key[:2]),
                            integer=mode.integer_replicas)
     terms_of: dict = {}
+    signed_of: dict = {}
     for (s, g, term), col in committed.items():
         terms_of.setdefault((s, g), []).append(col)
+        if (s, g, term) not in inst.existing_nodes:
+            signed_of.setdefault((s, g), []).append((col, 1.0))
         if mode.commitment_priced:
             terms.add_cost("reserved", col, Param("state_committed_usd", (s, g)))
         if not mode.commitment_planned:
@@ -61,8 +66,8 @@ def add_to(build) -> None:
         terms.add_cost(contract.category, col, Param("committed_usd_per_node_hour", (s, g, term), inst.horizon_hours))
         if contract.energy:
             terms.add_cost("energy", col, Param("energy_usd_per_node_hour", (s, g, term), inst.horizon_hours))
-    for key, cols in sorted(terms_of.items()):
-        lp.add_row("committed_cap", key, [(c, 1.0) for c in cols], upper=Param("committed_max", key))
+    for key, signed in sorted(signed_of.items()):
+        lp.add_row("committed_cap", key, signed, upper=Param("committed_max", key))
     for st in inst.states:
         for s, g in inst.site_gpus:
             if s == st.lost_site:

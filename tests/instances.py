@@ -87,8 +87,7 @@ def brute_force(inst) -> float:
     top_nodes = [max(o[0][i] for opts in options.values() for o in opts) for i in range(len(pairs))]
     best = math.inf
     for committed in itertools.product(*(range(t + 1) for t in top_nodes)):
-        cost = sum(c * min(p.rate + p.energy for p in inst.contracts[pair].committed.values()) * 8760
-                   for c, pair in zip(committed, pairs))
+        cost = sum(_committed_usd(inst, pair, c) for c, pair in zip(committed, pairs))
         for st in inst.states:
             h = st.weight_hours
             cost += min(
@@ -99,6 +98,18 @@ def brute_force(inst) -> float:
         best = min(best, cost)
     return best
 
+
+
+def _committed_usd(inst, pair, c: int) -> float:
+    """A year of c committed nodes at a pair: the existing fleet's nodes (as many as it has) and
+    new ones (up to the supply cap), the cheapest rate first."""
+    layers = sorted((price.rate + price.energy, inst.existing_nodes.get((*pair, term), inst.committed_max[pair]))
+                    for term, price in inst.contracts[pair].committed.items())
+    cost = 0.0
+    for rate, cap in layers:
+        n = min(c, cap)
+        cost, c = cost + n * rate * 8760, c - n
+    return cost if c == 0 else math.inf
 
 
 HOURS = HOURS_PER_YEAR / 2  # two slices, each half the year

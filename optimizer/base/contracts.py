@@ -5,6 +5,10 @@ here, so that a new term (say a 6-month reservation) is one row below and one pr
 in the catalogue (`prices.csv`), nothing else.
 
 On-demand nodes are not a committed term: they are rented per hour at the on-demand price.
+The fleet a company already has (`fleet:` in a scenario) enters as two more terms: nodes on
+contracts already signed (their rent is sunk: they cost the plan nothing more) and nodes
+already owned (their capital is sunk; keeping them pays colocation and energy, retiring them
+saves both). The plan fills them before it signs anything new.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ class Term:
     price_column: str | None  # prices.csv column in $/GPU-hour; None: priced by its TCO (capex, energy, colo)
     energy_included: bool  # cloud prices include energy; owned nodes pay it apart (at full power)
     category: str  # the cost category (and procurement column cost_<category>_usd) its rent lands in
+    existing: bool = False  # the fleet's own: at most the nodes it has, never signed by the plan
 
     @property
     def nodes_column(self) -> str:
@@ -30,9 +35,12 @@ TERMS: tuple[Term, ...] = (
     Term("reserved-1y", "reserved, 1 year", "1y", "reserved_1y_usd_per_gpu_hour", True, "reserved"),
     Term("reserved-3y", "reserved, 3 years", "3y", "reserved_3y_usd_per_gpu_hour", True, "reserved"),
     Term("owned", "owned", "owned", None, False, "owned"),
+    Term("existing-reserved", "already signed", "existing", None, True, "reserved", existing=True),
+    Term("existing-owned", "already owned", "existing", None, False, "owned", existing=True),
 )
 TERM = {t.id: t for t in TERMS}
 RESERVED_POLICY_KEYS = tuple(t.policy_key for t in TERMS if t.price_column)
+NEW_TERMS = tuple(t for t in TERMS if not t.existing)  # what a plan may sign
 
 # Cost categories of a plan: committed terms, the energy of terms that do not include it, the
 # hourly lines, and the unserved-demand penalty (reported apart: the fleet does not pay it).

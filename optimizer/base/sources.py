@@ -91,6 +91,8 @@ def _construct_sequence(loader, node):
 
 _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
+# dates stay text (ISO 8601, checked by the field that reads them): a scenario is recorded as JSON
+_LineLoader.add_constructor("tag:yaml.org,2002:timestamp", lambda loader, node: loader.construct_scalar(node))
 
 
 LIMITS = {

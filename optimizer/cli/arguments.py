@@ -186,6 +186,9 @@ def plan(pl) -> None:
                       help="continuous master + whole-plan repair (default for large scenarios)")
     pl.add_argument("--allow-unserved", action="store_true", help="write the plan even if some demand is unserved")
     pl.add_argument("--from-plan", metavar="DIR", help="plan again exactly what a plan folder records")
+    pl.add_argument("--fleet-from-plan", metavar="DIR",
+                    help="start from the fleet a plan folder signed (its contracts from its first day, or a year before "
+                         "this scenario's horizon.start) and the fleet it started from")
     pl.add_argument("--no-report", action="store_true", help="do not write report.html")
     pl.add_argument("--robust", action="store_true", help="plan with the scenario's robust margins; report the price of robustness")
     calibration_flag(pl)

@@ -195,14 +195,20 @@ def cmd_plan(args) -> int:
     folder_target(args.out, PLAN, inputs=inputs)  # refuse a bad target before any work
     if args.scheduler:
         check_scheduler(args.scheduler)
+    overrides = (args.set or []) + calibration_override(args)
+    if args.fleet_from_plan:
+        from optimizer.commands.fleet_from_plan import fleet_override
+
+        overrides.append(fleet_override(args.fleet_from_plan, args.scenario, overrides))
     if args.from_plan:
-        if args.scenario or args.set:
-            raise ScenarioError("--from-plan replans a plan folder as recorded; give no SCENARIO or --set with it")
+        if args.scenario or args.set or args.fleet_from_plan:
+            raise ScenarioError("--from-plan replans a plan folder as recorded; give no SCENARIO, --set or "
+                                "--fleet-from-plan with it")
         from optimizer.commands.pipeline import replan
 
         plan = replan(args.from_plan, progress=progress, allow_unserved=args.allow_unserved)
     else:
-        plan = make_plan(args.scenario, (args.set or []) + calibration_override(args), time_limit_s=args.time_limit, mip_gap=args.mip_gap,
+        plan = make_plan(args.scenario, overrides, time_limit_s=args.time_limit, mip_gap=args.mip_gap,
                          threads=args.threads, exact=args.exact, allow_unserved=args.allow_unserved,
                          robust=args.robust, backend=args.backend, progress=progress, effort=args.effort,
                          workers=args.workers, scheduler=args.scheduler)

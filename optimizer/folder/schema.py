@@ -65,7 +65,10 @@ SLICE = (_text("period"), _text("day_type"), _int("hour", 0, 23))
 TABLE_COLUMNS: dict[str, tuple[Column, ...]] = {
     "procurement": (
         _text("site"), _text("gpu"),
-        *(_int(c, 0, MAX_NODES) for c in (*(t.nodes_column for t in TERMS), "reserved_nodes", "ondemand_nodes_peak")),
+        # an existing fleet's columns are absent from folders written before fleets were planned
+        *(Column(t.nodes_column, "int", 0, MAX_NODES, default=0) if t.existing else _int(t.nodes_column, 0, MAX_NODES)
+          for t in TERMS),
+        *(_int(c, 0, MAX_NODES) for c in ("reserved_nodes", "ondemand_nodes_peak")),
         _float("ondemand_node_hours", 0, MAX_NODES * 8784), _float("ramp_node_hours", 0, MAX_NODES * 8784),
         # the carbon columns are absent from folders written before carbon was counted
         *(Column(c, "float", 0, MAX_USD, default=0.0) if c == CARBON_COLUMN else _float(c, 0, MAX_USD)

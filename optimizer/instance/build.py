@@ -35,6 +35,7 @@ from optimizer.base.contracts import COST_CATEGORIES, TERMS
 from optimizer.base.units import GRAMS_PER_KG, HOURS_PER_YEAR, KG_PER_TONNE, MS_PER_S, SECONDS_PER_HOUR, Regime, Role
 from optimizer.curves.economics import owned_usd_per_node_hour
 from optimizer.geography.demand import build_demand, build_slices, profile_at
+from optimizer.instance.fleet import OWNED_TERM, FleetYear, fleet_year
 from optimizer.instance.pools import (
     Handoff,
     Pool,
@@ -132,6 +133,8 @@ class Instance:
     # what the whole-plan searches pay a tonne: the price plus a binding cap's shadow price from
     # the master LP (None: the price); cost lines always use the price
     carbon_search_usd_per_t: float | None = None
+    # the fleet the plan starts from: nodes of each existing term there all year (`instance.fleet`)
+    existing_nodes: dict[tuple[str, str, str], int] = field(default_factory=dict)
     # What the formulation reads of fleetplan's vocabulary, through this contract (formulations/
     # imports nothing of optimizer/): the cost categories it may write, the hours a committed
     # node is paid for, and the unit conversions of its coefficients.
@@ -198,6 +201,7 @@ def build_instance(s: Scenario, rtt: pd.DataFrame) -> Instance:
     tier_pools = best_tier_pools(s, factory, configs, gpus_at, handoff, regimes, Stages(s))
     arcs, unreachable = _arcs(s, rtt, tier_pools, regimes)
     states = _states(s, slices, peak_slice)
+    fleet = fleet_year(s)
     return Instance(
         name=s.name, slices=slices, states=states,
         metros=list(s.metros), sites=list(s.sites), workloads=list(s.workloads), gpus=list(s.accelerators),
@@ -208,9 +212,11 @@ def build_instance(s: Scenario, rtt: pd.DataFrame) -> Instance:
         node_kw={g: a.node_kw for g, a in s.accelerators.items()},
         pue={x: site.pue for x, site in s.sites.items()},
         power_kw={x: site.power_mw * 1000.0 for x, site in s.sites.items()},
-        contracts={(site, g): _contract(s, site, g) for site, g in site_gpus},
+        contracts={(site, g): _contract(s, site, g, fleet) for site, g in site_gpus},
         committed_max={(site, g): s.supply[site][g].reserved_nodes_max for site, g in site_gpus},
-        ondemand_max={(site, g): s.supply[site][g].ondemand_nodes_max if s.policy.allow_ondemand else 0 for site, g in site_gpus},
+        ondemand_max={(site, g): max(s.supply[site][g].ondemand_nodes_max, fleet.ondemand_quota.get((site, g), 0))
+                      if s.policy.allow_ondemand else 0 for site, g in site_gpus},
+        existing_nodes=fleet.nodes,
         allow_ondemand=s.policy.allow_ondemand,
         cold_start_hours=s.policy.cold_start_minutes / 60.0,
         warm_fraction=s.policy.warm_pool_fraction,
@@ -308,14 +314,20 @@ def _states(s: Scenario, slices: pd.DataFrame, peak_slice: int) -> list[State]:
 RESILIENCE_PENALTY_HOURS = 1000.0  # unserved demand in a site-loss state costs as if it lasted this long
 
 
-def _contract(s: Scenario, site: str, g: str) -> Contract:
+def _contract(s: Scenario, site: str, g: str, fleet: FleetYear) -> Contract:
     """The terms the policy allows, priced (`optimizer.base.contracts.TERMS`): a reserved term at its
-    $/GPU-hour × GPUs per node × the site's price multiplier; owned nodes at their TCO."""
+    $/GPU-hour × GPUs per node × the site's price multiplier; owned nodes at their TCO; the
+    existing fleet's nodes at what keeping them costs (`optimizer.instance.fleet`)."""
     a, price, where = s.accelerators[g], s.prices[g], s.sites[site]
     per_node = a.gpus_per_node * where.price_multiplier
     committed = {}
     for term in TERMS:
-        if term.price_column is not None:
+        if term.existing:
+            if fleet.nodes.get((site, g, term.id)):
+                rate, energy = fleet.keep_usd_per_node_hour.get((site, g), (0.0, 0.0)) if term.id == OWNED_TERM \
+                    else (0.0, 0.0)
+                committed[term.id] = CommittedPrice(rate, energy, term.category)
+        elif term.price_column is not None:
             rate = getattr(price, term.price_column)
             if term.policy_key in s.policy.reserved_terms and rate is not None:
                 committed[term.id] = CommittedPrice(rate * per_node, 0.0, term.category)

@@ -14,6 +14,7 @@ from optimizer.base.contracts import COST_COLUMNS
 from optimizer.base.units import HOURS_PER_YEAR, KG_PER_TONNE, SECONDS_PER_HOUR
 from optimizer.curves.economics import cost_per_million_tokens_usd
 from optimizer.instance.build import Instance
+from optimizer.results.fleet import fleet_summary
 from optimizer.scenario import RawScenario, Scenario
 from optimizer.serving.billing import token_billing
 from optimizer.solve import SolveResult, SolverSettings
@@ -94,6 +95,7 @@ def plan_summary(s: Scenario, raw: RawScenario, inst: Instance, result: SolveRes
         "predicted_ttft_attainment": _attainment(tables["slo"], tables["routing"], "ttft"),
         "predicted_itl_attainment": _attainment(tables["slo"], tables["routing"], "itl"),
         "carbon": carbon_summary(s, inst, proc, annual_tokens),
+        "fleet": fleet_summary(s, inst, proc),
         "gpus_by_type_peak": gpus_by_type_peak(inst, sol),
         "baseline_cost_usd": base.total_cost_usd,
         "baseline_gpu_by_workload": base.gpu_by_workload,

@@ -93,7 +93,7 @@ def set_path(raw: RawScenario, key: str, text: str, origin: Origin | None = None
             raise ScenarioError(f"cannot multiply the non-numeric value {current!r}", origin) from None
     else:
         try:
-            node[last] = yaml.safe_load(text) if text else None
+            node[last] = _value(text) if text else None
         except yaml.YAMLError:
             node[last] = text
         check_expansion(node[last], origin)
@@ -169,3 +169,16 @@ def is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+class _DatesAsText(yaml.SafeLoader):
+    """YAML's safe reading with dates kept as text (a scenario is recorded as JSON; the field
+    that reads a date checks it)."""
+
+
+_DatesAsText.add_constructor("tag:yaml.org,2002:timestamp", lambda loader, node: loader.construct_scalar(node))
+
+
+def _value(text: str):
+    """A --set value as YAML reads it."""
+    return yaml.load(text, Loader=_DatesAsText)  # noqa: S506 — a SafeLoader

@@ -11,6 +11,7 @@ from optimizer.base.contracts import RESERVED_POLICY_KEYS
 from optimizer.base.units import DAYS_PER_YEAR
 from optimizer.scenario.calibration.params import PARAMETERS, Calibration, shipped_calibration
 from optimizer.scenario.fields import Strict, bounded, fraction_before, fraction_check
+from optimizer.scenario.fleet import iso_date
 
 
 class Period(Strict):
@@ -38,6 +39,12 @@ class Horizon(Strict):
     day_types: list[DayType] = Field(default_factory=lambda: [DayType(id="all", share=1.0)])
     hours: list[int] = bounded(default_factory=lambda: list(range(24)), ge=0, le=23, each=True,
                                description="UTC hours to plan (default all 24); each stands for 24/len(hours) hours")
+    start: str | None = Field(None, description="the plan's first day (YYYY-MM-DD): where the fleet's contracts "
+                              "(fleet:) and the accelerators' availability (years.available_from) fall")
+    years: int = bounded(1, ge=1, le=5, unit="years", description="plan years (more than one: `years:` says how they "
+                         "differ)", why="prices and generations beyond five years are guesses")
+
+    _start = field_validator("start", mode="before")(lambda v: iso_date(v))
 
     # One validator per field, so that an error names the field ('periods', 'day_types', 'hours').
     @field_validator("periods")

@@ -275,6 +275,7 @@ def _cross_check(s: Scenario, raw: RawScenario) -> None:
             raise ScenarioError("shared_prefix_tokens is far longer than the prompts", origin, field="shared_prefix_tokens")
         if w.weight_dtype == "fp8" and not any(a.fp8_dense_tflops for a in s.accelerators.values()):
             raise ScenarioError("fp8 weights need an accelerator with FP8 support", origin, field="weight_dtype")
+    _check_fleet(s, raw)
     periods = {p.id for p in s.horizon.periods}
     day_types = {d.id for d in s.horizon.day_types}
     seen: dict[tuple, int] = {}
@@ -292,6 +293,26 @@ def _cross_check(s: Scenario, raw: RawScenario) -> None:
             _check_ref("day type", row.day_type, day_types, origin, "day_type")
         _check_unique(seen, ("table", row.metro, row.workload, row.period, row.hour, row.day_type), i, raw,
                       "demand.table", "metro/workload/period/hour/day_type")
+
+
+def _check_fleet(s: Scenario, raw: RawScenario) -> None:
+    """The fleet's rows name offered sites and accelerators, can be placed in time, and an owned
+    row without its own price finds one in the owned catalogue."""
+    if s.fleet.contracts and s.horizon.start is None:
+        raise ScenarioError("a fleet's contracts need the plan's first day to place them in time; "
+                            "set horizon.start (YYYY-MM-DD)", raw.origin("horizon"), field="horizon.start")
+    for gid in s.years.available_from:
+        _check_ref("accelerator", gid, s.accelerators, raw.origin("years", "available_from"), "years.available_from")
+    for i, row in enumerate(s.fleet.contracts):
+        origin = raw.origin("fleet", "contracts", i)
+        _check_ref("site", row.site, s.sites, origin, "site")
+        _check_ref("accelerator", row.gpu, s.accelerators, origin, "gpu")
+        if row.gpu not in s.supply.get(row.site, {}):
+            raise ScenarioError(f"{row.site} × {row.gpu} has no supply row, so the plan cannot place replicas on these "
+                                "nodes; add the pair to the supply table", origin, field="gpu")
+        if row.contract == "owned" and row.capex_usd_per_node is None and row.gpu not in s.owned:
+            raise ScenarioError(f"no owned catalogue row for {row.gpu}: give this row its capex_usd_per_node and "
+                                "life_years", origin, field="capex_usd_per_node")
 
 
 def _check_unique(seen: dict, key: tuple, i: int, raw: RawScenario, where: str, fields: str) -> None:

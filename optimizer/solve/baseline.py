@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from optimizer.base.units import Role
 from optimizer.instance.build import NOMINAL, Instance
 from optimizer.instance.pools import kappa
+from optimizer.solve.commitments import split, tiers
 from optimizer.solve.fleet import Solution, procurement_table, replicas_for
 
 
@@ -140,14 +141,13 @@ def baseline(inst: Instance) -> Baseline:
 
 
 def _solution_of(inst: Instance, g: str, nodes: dict, flows: dict, replicas: dict, routes: dict) -> Solution:
-    """One workload's part of the baseline: its peak nodes reserved on the cheapest term, up
+    """One workload's part of the baseline: its peak nodes committed (the fleet's own first, then the cheapest term), up
     to the site's reserved cap, the rest on demand every hour."""
     committed, ondemand = {}, {}
     for s, n in nodes.items():
-        terms = inst.contracts[(s, g)].committed
-        reserved = min(n, inst.committed_max[(s, g)]) if terms else 0
-        if reserved:
-            committed[(s, g, min(sorted(terms), key=lambda t: terms[t].rate + terms[t].energy))] = reserved
+        layers = tiers(inst, s, g)
+        reserved = min(n, sum(t.nodes for t in layers))
+        committed.update({(s, g, term): k for term, k in split(layers, reserved).items()})
         if n > reserved:  # what cannot be reserved is rented on demand every hour
             for st in inst.states:
                 if st.lost_site is None:

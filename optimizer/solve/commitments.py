@@ -11,18 +11,58 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from optimizer.base.contracts import TERM
 from optimizer.base.units import HOURS_PER_YEAR, KG_PER_TONNE
 from optimizer.instance.build import Instance
 from optimizer.solve.fleet import carbon_kg_per_node_hour, ondemand_for, plan_hours
 
 
-def _cheapest_term(inst: Instance, site: str, gpu: str) -> tuple[str | None, float]:
-    """The committed term with the lowest $/node-hour (energy included) and that rate."""
-    terms = {t: price.rate + price.energy for t, price in inst.contracts[(site, gpu)].committed.items()}
-    if not terms:
-        return None, 0.0
-    term = min(sorted(terms), key=lambda t: terms[t])
-    return term, terms[term]
+@dataclass(frozen=True)
+class Tier:
+    """Committed nodes of one term: at most ``nodes`` of them, at ``usd_per_node_hour`` (energy in)."""
+
+    term: str
+    usd_per_node_hour: float
+    nodes: int
+
+
+def tiers(inst: Instance, site: str, gpu: str) -> list[Tier]:
+    """What c committed nodes are made of, cheapest first: the fleet's own nodes (as many as it
+    has), and the cheapest term the plan may sign (up to the supply cap)."""
+    prices = inst.contracts[(site, gpu)].committed
+    out = [Tier(t, p.rate + p.energy, inst.existing_nodes.get((site, gpu, t), 0)) for t, p in sorted(prices.items())
+           if TERM[t].existing]
+    new = {t: p.rate + p.energy for t, p in prices.items() if not TERM[t].existing}
+    if new:
+        term = min(sorted(new), key=lambda t: new[t])
+        out.append(Tier(term, new[term], inst.committed_max[(site, gpu)]))
+    return sorted(out, key=lambda tier: tier.usd_per_node_hour)
+
+
+def committed_usd_per_year(layers: list[Tier], c: np.ndarray) -> np.ndarray:
+    """The year's cost of c committed nodes filled tier by tier (cheapest first)."""
+    cost, left = np.zeros(len(c)), np.asarray(c, dtype=np.int64)
+    for tier in layers:
+        n = np.minimum(left, tier.nodes)
+        cost += n * tier.usd_per_node_hour * HOURS_PER_YEAR
+        left = left - n
+    return cost
+
+
+def split(layers: list[Tier], nodes: int) -> dict[str, int]:
+    """c committed nodes by term, tier by tier."""
+    out = {}
+    for tier in layers:
+        n = min(nodes, tier.nodes)
+        if n:
+            out[tier.term] = n
+        nodes -= n
+    return out
+
+
+def _signed_term(layers: list[Tier]) -> str | None:
+    """The term new nodes are signed on (None: the plan may sign none)."""
+    return next((t.term for t in layers if not TERM[t.term].existing), None)
 
 
 @dataclass(frozen=True)
@@ -67,14 +107,15 @@ class Commitments:
         state's on-demand nodes also cover ``need_contingency`` (a site-loss state's)."""
         inst, hours = self.inst, self.hours
         top = int(max(need.max(initial=0), need_contingency))
-        term, rate = _cheapest_term(inst, site, gpu)
+        layers = tiers(inst, site, gpu)
+        term = _signed_term(layers)
         if top == 0:
             return Committed(term, 0, np.zeros(len(need), dtype=np.int64), 0.0, False)
-        c = np.arange(0, (min(inst.committed_max[(site, gpu)], top) if term else 0) + 1)
+        c = np.arange(0, min(sum(t.nodes for t in layers), top) + 1)
         o = ondemand_for(need[None, :], c[:, None], inst.warm_fraction)
         o[:, self.peak_pos] = np.maximum(o[:, self.peak_pos], ondemand_for(need_contingency, c, inst.warm_fraction))
         od_rate = inst.contracts[(site, gpu)].ondemand
-        cost = (c * rate * HOURS_PER_YEAR + od_rate * (o @ hours.weight_hours)
+        cost = (committed_usd_per_year(layers, c) + od_rate * (o @ hours.weight_hours)
                 + od_rate * inst.cold_start_hours * (hours.rises(o) @ hours.repeats))
         carbon = self.carbon_usd(site, gpu)
         if carbon.any():  # every committed node is powered every hour, on-demand ones when rented
@@ -94,10 +135,11 @@ class PairCost:
     def __init__(self, rule: Commitments, site: str, gpu: str, need: np.ndarray, need_contingency: int = 0):
         self.rule, self.site, self.gpu, self.contingency = rule, site, gpu, need_contingency
         inst = rule.inst
-        self.term, self.rate = _cheapest_term(inst, site, gpu)
+        self.layers = tiers(inst, site, gpu)
+        self.term = _signed_term(self.layers)
         self.od_rate = inst.contracts[(site, gpu)].ondemand
         self.carbon = rule.carbon_usd(site, gpu)
-        self.cap_c = inst.committed_max[(site, gpu)] if self.term else 0
+        self.cap_c = sum(t.nodes for t in self.layers)
         self.previous = rule.hours.previous
         self.following = np.argsort(self.previous)  # the position each one is the previous of
         self._build(np.asarray(need, dtype=np.int64).copy())
@@ -110,7 +152,7 @@ class PairCost:
         warm, peak = self.rule.inst.warm_fraction, self.rule.peak_pos
         self.o = ondemand_for(need[None, :], self.c[:, None], warm)  # every state's column at once (`_column`)
         self.o[:, peak] = np.maximum(self.o[:, peak], ondemand_for(self.contingency, self.c, warm))
-        self.cost = (self.c * self.rate * HOURS_PER_YEAR + self.od_rate * (self.o @ hours.weight_hours)
+        self.cost = (committed_usd_per_year(self.layers, self.c) + self.od_rate * (self.o @ hours.weight_hours)
                      + self.od_rate * self.rule.inst.cold_start_hours * (hours.rises(self.o) @ hours.repeats))
         if self.carbon.any():
             self.cost = self.cost + self.c * self.carbon.sum() + self.o @ self.carbon
@@ -179,10 +221,10 @@ class PairCost:
 
 
 def commit(inst: Instance, need: dict[tuple[str, str, int], int]):
-    """Per (site, accelerator): the whole number of committed nodes c, on the cheapest allowed
-    term, minimising
+    """Per (site, accelerator): the whole number of committed nodes c — the fleet's own first,
+    then the cheapest allowed term (`tiers`) — minimising
 
-        c · rate_c · 8760 + Σ_t h_t · rate_od · o_t(c) + ramp cost(o(c))
+        cost_c(c) · 8760 + Σ_t h_t · rate_od · o_t(c) + ramp cost(o(c))
           + Σ_t h_t · carbon_t · (c + o_t(c))      (carbon_t: $ of a node-hour's emissions),
         o_t(c) = ⌈max(0, N_t − c) / (1 − φ)⌉,
 
@@ -197,8 +239,7 @@ def commit(inst: Instance, need: dict[tuple[str, str, int], int]):
         n_nominal = np.array([need.get((s, g, sid), 0) for sid in rule.ids], dtype=np.int64)
         n_cont = max((need.get((s, g, sid), 0) for sid in rule.contingencies), default=0)
         best = rule.best(s, g, n_nominal, n_cont)
-        if best.nodes:
-            committed[(s, g, best.term)] = best.nodes
+        committed.update({(s, g, term): n for term, n in split(tiers(inst, s, g), best.nodes).items()})
         for sid, x in zip(rule.ids, best.ondemand):
             if x > 0:
                 ondemand[(s, g, sid)] = int(x)

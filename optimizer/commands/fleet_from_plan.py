@@ -1,0 +1,74 @@
+"""A plan folder as the next plan's fleet (`fleetplan plan --fleet-from-plan DIR`): what the
+plan signed becomes contracts that started on its first day — reserved for their term, owned
+from their purchase — and the fleet it started from is carried over. The new scenario's
+first day (``horizon.start``) places them in time: a 1-year reservation signed a year before
+it is up for renewal, a 3-year one still runs."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+
+from optimizer.base.contracts import NEW_TERMS
+from optimizer.base.errors import Origin, ScenarioError
+from optimizer.base.units import DAYS_PER_YEAR
+from optimizer.folder.read import read_plan
+from optimizer.scenario import load_scenario
+
+TERM_YEARS = {"reserved-1y": 1, "reserved-3y": 3}
+
+
+def years_later(d: datetime.date, years: int) -> datetime.date:
+    """The same calendar day ``years`` later (29 February: 1 March)."""
+    try:
+        return d.replace(year=d.year + years)
+    except ValueError:
+        return datetime.date(d.year + years, 3, 1)
+
+
+def _rent(old_data: dict, site: str, gpu: str, term: str) -> float | None:
+    """$/GPU-hour the old plan signed a term at (its catalogue price × the site's multiplier)."""
+    price = (old_data.get("prices") or {}).get(gpu) or {}
+    value = price.get(f"reserved_{term.split('-')[1]}_usd_per_gpu_hour")
+    multiplier = float(((old_data.get("sites") or {}).get(site) or {}).get("price_multiplier") or 1.0)
+    return round(float(value) * multiplier, 6) if value not in (None, "") else None
+
+
+def signed_rows(plan_dir: str | Path, signed_on: datetime.date) -> list[dict]:
+    """Fleet rows for what a plan folder signed, as if signed on ``signed_on``, and the rows of
+    the fleet it started from."""
+    old = read_plan(plan_dir)
+    rows = list(((old.scenario_data.get("fleet") or {}).get("contracts")) or [])
+    for r in old.tables["procurement"].itertuples():
+        if r.site == "*":
+            continue
+        for term in NEW_TERMS:
+            nodes = int(getattr(r, term.nodes_column))
+            if not nodes:
+                continue
+            if term.id == "owned":
+                rows.append({"site": r.site, "gpu": r.gpu, "nodes": nodes, "contract": "owned",
+                             "purchased": signed_on.isoformat()})
+                continue
+            end = years_later(signed_on, TERM_YEARS[term.id]) - datetime.timedelta(days=1)
+            row = {"site": r.site, "gpu": r.gpu, "nodes": nodes, "contract": "reserved",
+                   "start": signed_on.isoformat(), "end": end.isoformat()}
+            rent = _rent(old.scenario_data, r.site, r.gpu, term.id)
+            if rent is not None:
+                row["usd_per_gpu_hour"] = rent
+            rows.append(row)
+    return rows
+
+
+def fleet_override(plan_dir: str | Path, scenario_path, overrides: list[str]) -> str:
+    """The ``--set`` that adds a plan folder's commitment to the scenario's fleet."""
+    s, _ = load_scenario(scenario_path, overrides)
+    if s.horizon.start is None:
+        raise ScenarioError("--fleet-from-plan places the old plan's contracts before the new plan's first day; set "
+                            "horizon.start (YYYY-MM-DD)", Origin("--fleet-from-plan"), field="horizon.start")
+    start = datetime.date.fromisoformat(s.horizon.start)
+    old_start = ((read_plan(plan_dir).scenario_data.get("horizon") or {}).get("start"))
+    signed_on = datetime.date.fromisoformat(old_start) if old_start else start - datetime.timedelta(days=DAYS_PER_YEAR)
+    own = [r.model_dump(exclude_none=True) for r in s.fleet.contracts]
+    return "fleet.contracts=" + json.dumps(own + signed_rows(plan_dir, signed_on))
