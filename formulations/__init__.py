@@ -48,8 +48,8 @@ from formulations.pools import ROLES
 from formulations.registry import Build, Terms
 
 __all__ = ["MODULES", "Build", "Commitment", "LinearProgram", "Mode", "Reading", "Replicas", "Terms",
-           "build_program", "capacity_rows", "carbon_cap_row", "demand_rows", "flow_columns", "power_rows", "ramp_rows",
-           "read_solution", "refresh", "route_columns", "structure", "unserved_columns", "write_solution"]
+           "build_program", "capacity_rows", "carbon_cap_row", "committed_columns", "demand_rows", "flow_columns",
+           "power_rows", "ramp_rows", "read_solution", "refresh", "route_columns", "structure", "unserved_columns", "write_solution"]
 
 MODULES = (prefill, colocated, decode, routing, latency_tiers, procurement, scaling, resilience, capacity, power,
            carbon)
@@ -129,6 +129,11 @@ def carbon_cap_row(lp: LinearProgram) -> int | None:
 def flow_columns(lp: LinearProgram) -> list[tuple[int, int]]:
     """(pool, column) of every pool's flow, prefill, colocated and decode alike."""
     return [(key[0], col) for role in ROLES for key, col in lp.cols.get(f"{role}_flow", {}).items()]
+
+
+def committed_columns(lp: LinearProgram) -> dict:
+    """(site, gpu, term) → the column of committed nodes (`procurement`)."""
+    return lp.cols.get("committed", {})
 
 
 def capacity_rows(lp: LinearProgram) -> dict:

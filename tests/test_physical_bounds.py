@@ -52,6 +52,7 @@ from optimizer.scenario.calibration.files import read_calibration
 from optimizer.scenario.calibration.params import PARAMETERS
 from optimizer.scenario.calibration.tables import LIMITS, NUMBERS, read_benchmark_csv
 from optimizer.scenario.fields import accepted, range_text
+from optimizer.scenario.fleet import FleetRow, PricePath, Years
 
 VALUES = [0, -1, 1e308, 1e-300, math.nan, math.inf, -math.inf]
 ALWAYS_REFUSED = {1e308, math.inf, -math.inf}  # no physical field reaches them (NaN: checked apart)
@@ -79,6 +80,9 @@ PLACES = {
     Robust: lambda d: d["robust"],
     GridCarbon: lambda d: d["grid_carbon"]["chicago"],
     Carbon: lambda d: d["carbon"],
+    FleetRow: lambda d: d["fleet"]["contracts"][0],
+    Years: lambda d: d["years"],
+    PricePath: lambda d: d["years"]["price_paths"][0],
 }
 # numeric fields with no range of their own, and why
 EXEMPT = {
@@ -87,7 +91,11 @@ EXEMPT = {
 }
 SCENARIO = {
     **SMALL,
-    "horizon": {"periods": [{"id": "Y", "days": 365}], "day_types": [{"id": "all", "share": 1.0}]},
+    "horizon": {"periods": [{"id": "Y", "days": 365}], "day_types": [{"id": "all", "share": 1.0}],
+                "start": "2027-01-01"},
+    "fleet": {"contracts": [{"site": "chicago", "gpu": "h100-sxm", "nodes": 1, "contract": "reserved",
+                             "end": "2030-01-01"}]},
+    "years": {"discount_rate": 0.08, "price_paths": [{"name": "mine", "factors": [1.0, 0.9]}]},
     "demand": {"table": [{"metro": "chicago", "workload": "chat", "period": "Y", "hour": 12, "requests_per_s": 10}],
                "mix": [{"metro": "chicago", "workload": "chat", "multiplier": 1}]},
     "network": {"route_factor": 1.45},

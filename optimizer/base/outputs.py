@@ -53,6 +53,9 @@ PLAN = FolderKind("plan folder", "summary.json", frozenset({
     "summary.json", "scenario.json", "procurement.csv", "nodes.csv", "pools.csv", "routing.csv", "slo.csv", "curves.csv",
     "plan.xlsx", "report.html", "verify.csv", "verify.json", "stress.csv", "stress.json", "operations.csv",
     "operations_sites.csv", "operations.json", "verify_trace.csv", "verify_trace.json", "verify_compare.csv"}))
+HORIZON = FolderKind("multi-year plan folder", "horizon.json", frozenset({
+    "horizon.json", "scenario.json", "years.csv", "schedule.csv", "price_scenarios.csv", "report.html",
+    *(f"year-{k}" for k in range(1, 6))}))
 DEMAND = FolderKind("demand folder", "derived.json", frozenset({
     "demand.csv", "workloads.csv", "hours.csv", "lengths.csv", "scenario.yaml", "derived.json", "report.html",
     "day.png", "minutes.png", "lengths.png"}))

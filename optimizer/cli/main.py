@@ -15,6 +15,7 @@ from optimizer.base.errors import FleetplanError, Origin, ScenarioError, shorten
 from optimizer.base.outputs import (
     COMPARISON,
     DEMAND,
+    HORIZON,
     PLAN,
     Terminated,
     file_target,
@@ -30,12 +31,11 @@ from optimizer.cli.inputs import (
     CURVE_FLAGS,
     calibration_override,
     catalogue_ids,
-    poisson_source,
-    slice_list,
     trace_specs,
     with_catalogue_rows,
 )
 from optimizer.cli.output import print_json
+from optimizer.cli.runs import plan_years, verify_one, verify_trace
 
 # ---------------------------------------------------------------------------- commands
 
@@ -186,13 +186,16 @@ def cmd_network(args) -> int:
 def cmd_plan(args) -> int:
     from optimizer.commands.pipeline import make_plan
     from optimizer.commands.report import write_report
+    from optimizer.folder.horizon import is_horizon_folder
     from optimizer.folder.write import write_plan
     from optimizer.results.text import plan_text
+    from optimizer.scenario import load_scenario
     from optimizer.solve.parallel import check_scheduler
 
     progress = (lambda msg: print(msg, file=sys.stderr)) if not args.quiet else None
     inputs = [args.scenario] if args.scenario else []
-    folder_target(args.out, PLAN, inputs=inputs)  # refuse a bad target before any work
+    # refuse a bad target before any work (a multi-year plan replaces only its own kind of folder)
+    folder_target(args.out, HORIZON if is_horizon_folder(args.out) else PLAN, inputs=inputs)
     if args.scheduler:
         check_scheduler(args.scheduler)
     overrides = (args.set or []) + calibration_override(args)
@@ -208,10 +211,13 @@ def cmd_plan(args) -> int:
 
         plan = replan(args.from_plan, progress=progress, allow_unserved=args.allow_unserved)
     else:
+        loaded = load_scenario(args.scenario, overrides)
+        if loaded[0].horizon.years > 1:
+            return plan_years(args, loaded, progress)
         plan = make_plan(args.scenario, overrides, time_limit_s=args.time_limit, mip_gap=args.mip_gap,
                          threads=args.threads, exact=args.exact, allow_unserved=args.allow_unserved,
                          robust=args.robust, backend=args.backend, progress=progress, effort=args.effort,
-                         workers=args.workers, scheduler=args.scheduler)
+                         workers=args.workers, scheduler=args.scheduler, loaded=loaded)
     out = write_plan(plan, args.out, inputs=plan.inputs, extras=() if args.no_report else (write_report,))
     sm = plan.summary
     if args.json:
@@ -245,7 +251,9 @@ def cmd_sweep(args) -> int:
 def cmd_compare(args) -> int:
     from optimizer.commands.compare import compare, comparison_text, write_comparison
     from optimizer.commands.report.compare_page import write_compare_report
+    from optimizer.folder.horizon import year_folders
 
+    args.plans = [str(d) for p in args.plans for d in year_folders(p)]  # a multi-year plan: each of its years
     if len(args.plans) < 2:
         raise ScenarioError("give at least two plan folders to compare")
     for d in args.plans:
@@ -274,45 +282,14 @@ def cmd_report(args) -> int:
 
 @command("verify", "simulate a plan request by request: measured vs predicted p99s", flags.verify)
 def cmd_verify(args) -> int:
-    from optimizer.commands.verify import record_verification, verify_plan, write_verify
-    from optimizer.commands.verify.text import verify_text
+    from optimizer.folder.horizon import is_horizon_folder, year_folders
 
+    if is_horizon_folder(args.plan_dir) and not args.trace:  # a multi-year plan: each year's plan
+        return max(verify_one(args, d) for d in year_folders(args.plan_dir))
     plan_folder_to_update(args.plan_dir)
     if args.trace:
-        return cmd_verify_trace(args)
-    progress = None if args.json else (lambda m: print(m, file=sys.stderr))
-    result = verify_plan(args.plan_dir, slices=slice_list(args.slices), requests=args.requests, seed=args.seed,
-                         progress=progress, prefill_batch_tokens=args.prefill_batch_tokens,
-                         arrivals=poisson_source(args))
-    write_verify(result, args.plan_dir)
-    record_verification(result, args.plan_dir)
-    sm = result.summary
-    if args.json:
-        print_json(sm)
-    else:
-        print(verify_text(result, args.plan_dir))
-    return 0 if sm["all_objectives_met"] else 7
-
-
-def cmd_verify_trace(args) -> int:
-    """`verify --trace`: the Poisson run and the log's replay of the same plan, side by side."""
-    from optimizer.commands.traces.replay import trace_arrivals, verify_against_trace
-    from optimizer.commands.verify.text import trace_runs_text
-    from optimizer.folder.read import read_plan, scenario_of
-
-    d = Path(args.plan_dir)
-    s = scenario_of(read_plan(d), d)
-    source = trace_arrivals(trace_specs(args.trace, args.columns, args.tz, None, None), s.workloads, args.trace_scale,
-                            jitter_gaps=args.trace_jitter)
-    runs, table = verify_against_trace(d, poisson_source(args, s), source, slices=slice_list(args.slices),
-                                       requests=args.requests, seed=args.seed, prefill_batch_tokens=args.prefill_batch_tokens,
-                                       progress=None if args.json else (lambda m: print(m, file=sys.stderr)))
-    if args.json:
-        print_json({"poisson": runs["poisson"].summary, "trace": runs["trace"].summary,
-                     "by_workload": table.to_dict("records")})
-    else:
-        print(trace_runs_text(runs, table, d))
-    return 0 if all(r.summary["all_objectives_met"] for r in runs.values()) else 7
+        return verify_trace(args)
+    return verify_one(args, args.plan_dir)
 
 
 # ---------------------------------------------------------------------------- demand from request logs

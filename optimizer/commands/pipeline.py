@@ -14,7 +14,7 @@ from optimizer.base.errors import (
 from optimizer.commands.calibrate import band
 from optimizer.folder.read import read_plan, scenario_of
 from optimizer.geography.network import build_graph, rtt_matrix
-from optimizer.instance.build import build_instance
+from optimizer.instance.build import Instance, build_instance
 from optimizer.instance.checks import preflight
 from optimizer.results import Plan
 from optimizer.results.robust import to_nominal_world
@@ -58,10 +58,11 @@ def settings_from(s: Scenario, time_limit_s=None, mip_gap=None, threads=None, ex
 
 def make_plan(path=None, overrides=(), *, time_limit_s=None, mip_gap=None, threads=None, exact=None,
               allow_unserved=False, robust=False, backend="highs", progress=None, effort=None, workers=None,
-              scheduler=None) -> Plan:
-    """Plan a scenario file (default: the reference scenario) with ``--set`` overrides;
-    ``robust`` plans with the scenario's robust margins (`robust_plan`)."""
-    s, raw = load_scenario(path, list(overrides))
+              scheduler=None, loaded: tuple[Scenario, RawScenario] | None = None) -> Plan:
+    """Plan a scenario file (default: the reference scenario) with ``--set`` overrides, or the
+    scenario already ``loaded`` from them; ``robust`` plans with the scenario's robust margins
+    (`robust_plan`)."""
+    s, raw = loaded or load_scenario(path, list(overrides))
     settings = settings_from(s, time_limit_s, mip_gap, threads, exact, backend, effort, workers, scheduler)
     if robust:
         return robust_plan(s, raw, settings, allow_unserved=allow_unserved, progress=progress)
@@ -111,6 +112,12 @@ def robust_band(s: Scenario) -> list[dict]:
 
 def plan_scenario(s: Scenario, raw: RawScenario, settings: SolverSettings, *, allow_unserved=False, progress=None,
                   cache=None) -> Plan:
+    return plan_instance(s, raw, settings, allow_unserved=allow_unserved, progress=progress, cache=cache)[0]
+
+
+def plan_instance(s: Scenario, raw: RawScenario, settings: SolverSettings, *, allow_unserved=False, progress=None,
+                  cache=None) -> tuple[Plan, Instance]:
+    """`plan_scenario`, with the instance it planned (its prices and contracts)."""
     say = progress or (lambda msg: None)
     preflight(s, raw)
     rtt = rtt_matrix(build_graph(s, raw.path.parent), s)
@@ -127,7 +134,7 @@ def plan_scenario(s: Scenario, raw: RawScenario, settings: SolverSettings, *, al
                 f"{100 * summary['unserved_fraction']:.2f} % unserved); raise --time-limit, or use the default "
                 "mode for large scenarios (--master)")
         raise InfeasibleError(diagnose(s, inst, result.solution, rtt))
-    return Plan(summary, tables, raw.data, raw.files())
+    return Plan(summary, tables, raw.data, raw.files()), inst
 
 
 def replan(plan_dir: str | Path, *, progress=None, allow_unserved=False) -> Plan:

@@ -83,6 +83,7 @@ class CommittedPrice:
     rate: float  # $/node-hour, paid for every hour of the year
     energy: float  # $/node-hour of energy the rate leaves out (0 where it is included)
     category: str  # cost category (`optimizer.base.contracts`)
+    signed: float = 0.0  # the part of the rate a signing commits to for the term (rent; owned: capital)
 
 
 @dataclass(frozen=True)
@@ -330,11 +331,11 @@ def _contract(s: Scenario, site: str, g: str, fleet: FleetYear) -> Contract:
         elif term.price_column is not None:
             rate = getattr(price, term.price_column)
             if term.policy_key in s.policy.reserved_terms and rate is not None:
-                committed[term.id] = CommittedPrice(rate * per_node, 0.0, term.category)
+                committed[term.id] = CommittedPrice(rate * per_node, 0.0, term.category, rate * per_node)
         elif s.policy.allow_owned and g in s.owned:
             tco = owned_usd_per_node_hour(s.owned[g].capex_usd_per_node, s.owned[g].life_years, a.node_kw, where.pue,
                                           where.energy_usd_per_mwh, where.colo_usd_per_kw_month)
-            committed[term.id] = CommittedPrice(tco["capital"] + tco["colo"], tco["energy"], term.category)
+            committed[term.id] = CommittedPrice(tco["capital"] + tco["colo"], tco["energy"], term.category, tco["capital"])
     return Contract(price.ondemand_usd_per_gpu_hour * per_node, committed)
 
 

@@ -83,6 +83,23 @@ class Fleet(Strict):
     contracts: list[FleetRow] = Field(default_factory=list)
 
 
+class PricePath(Strict):
+    """A named path of prices: each plan year's factor on the catalogue prices of one
+    accelerator, or of every one ('*'); its last factor holds beyond its end."""
+
+    name: str
+    gpu: str = "*"
+    factors: list[float] = bounded(ge=0.01, le=100, each=True, description="year 1, 2, … price over the catalogue's",
+                                   why="a hundredfold move in a year is beyond any market seen")
+
+    @field_validator("factors")
+    @classmethod
+    def _some(cls, factors):
+        if not factors:
+            raise ValueError("a price path needs at least one year's factor")
+        return factors
+
+
 class Years(Strict):
     """A plan over several years (``horizon.years`` > 1): each year planned on the scenario's
     slices with its demand, prices, availability and caps; contracts signed in any year run
@@ -95,8 +112,7 @@ class Years(Strict):
         "demand.growth_per_period compounds to over the year's periods)", why="above −1: demand cannot vanish")
     price_scenario: str = Field("flat", description="the named price path the plan is made under "
                                 "(data/price_scenarios.csv, or price_paths); the schedule is costed under every one")
-    price_paths: dict[str, dict[str, list[float]]] = Field(
-        default_factory=dict, description="more named paths: name → {accelerator or '*': price factor of each year}")
+    price_paths: list[PricePath] = Field(default_factory=list, description="more named price paths")
     available_from: dict[str, str] = Field(
         default_factory=dict, description="accelerator → the date it can first be had; offered from the first plan "
         "year that starts on or after it")
@@ -114,12 +130,3 @@ class Years(Strict):
         if isinstance(value, dict):
             return {k: iso_date(v) for k, v in value.items()}
         return value
-
-    @field_validator("price_paths")
-    @classmethod
-    def _paths(cls, paths):
-        for name, per in paths.items():
-            for gpu, factors in per.items():
-                if not factors or any(not 0.01 <= f <= 100 for f in factors):
-                    raise ValueError(f"price path {name}/{gpu}: expected factors 0.01–100 per year, got {factors}")
-        return paths

@@ -301,6 +301,12 @@ def _check_fleet(s: Scenario, raw: RawScenario) -> None:
     if s.fleet.contracts and s.horizon.start is None:
         raise ScenarioError("a fleet's contracts need the plan's first day to place them in time; "
                             "set horizon.start (YYYY-MM-DD)", raw.origin("horizon"), field="horizon.start")
+    if s.horizon.years > 1 and s.horizon.start is None:
+        raise ScenarioError("a plan over several years places its contracts in time from its first day; set "
+                            "horizon.start (YYYY-MM-DD)", raw.origin("horizon"), field="horizon.start")
+    if s.years.available_from and s.horizon.start is None:
+        raise ScenarioError("years.available_from places accelerators in time from the plan's first day; set "
+                            "horizon.start (YYYY-MM-DD)", raw.origin("horizon"), field="horizon.start")
     for gid in s.years.available_from:
         _check_ref("accelerator", gid, s.accelerators, raw.origin("years", "available_from"), "years.available_from")
     for i, row in enumerate(s.fleet.contracts):
