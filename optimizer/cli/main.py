@@ -195,17 +195,23 @@ def cmd_plan(args) -> int:
     folder_target(args.out, PLAN, inputs=inputs)  # refuse a bad target before any work
     if args.scheduler:
         check_scheduler(args.scheduler)
-    if args.from_plan:
-        if args.scenario or args.set:
-            raise ScenarioError("--from-plan replans a plan folder as recorded; give no SCENARIO or --set with it")
+    replanning = args.max_changes is not None or args.scenario or args.set
+    if args.max_changes is not None and not args.from_plan:
+        raise ScenarioError("--max-changes limits the changes from a plan; give the plan with --from-plan OLD_DIR",
+                            field="--max-changes")
+    if args.from_plan and args.robust and replanning:
+        raise ScenarioError("--robust does not re-plan from a plan folder's fleet; give --robust or --from-plan",
+                            field="--robust")
+    if args.from_plan and not replanning:
         from optimizer.commands.pipeline import replan
 
         plan = replan(args.from_plan, progress=progress, allow_unserved=args.allow_unserved)
     else:
-        plan = make_plan(args.scenario, (args.set or []) + calibration_override(args), time_limit_s=args.time_limit, mip_gap=args.mip_gap,
-                         threads=args.threads, exact=args.exact, allow_unserved=args.allow_unserved,
+        budget = [f"churn.max_changes={args.max_changes}"] if args.max_changes is not None else []
+        plan = make_plan(args.scenario, (args.set or []) + calibration_override(args) + budget, time_limit_s=args.time_limit,
+                         mip_gap=args.mip_gap, threads=args.threads, exact=args.exact, allow_unserved=args.allow_unserved,
                          robust=args.robust, backend=args.backend, progress=progress, effort=args.effort,
-                         workers=args.workers, scheduler=args.scheduler)
+                         workers=args.workers, scheduler=args.scheduler, from_plan=args.from_plan)
     out = write_plan(plan, args.out, inputs=plan.inputs, extras=() if args.no_report else (write_report,))
     sm = plan.summary
     if args.json:

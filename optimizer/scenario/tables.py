@@ -56,5 +56,5 @@ TABLES = {
 DIURNAL_FILE = "diurnal.csv"
 SECTIONS = {"horizon": sections.Horizon, "demand": sections.Demand, "network": sections.NetworkSpec,
             "serving": sections.Serving, "policy": sections.Policy,
-            "robust": sections.Robust, "carbon": sections.Carbon}
+            "robust": sections.Robust, "carbon": sections.Carbon, "churn": sections.Churn}
 TOP_LEVEL = {"name", "description", "catalogue", "calibration", *TABLES, "diurnal", *SECTIONS, "traces"}

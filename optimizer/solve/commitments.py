@@ -13,6 +13,7 @@ import numpy as np
 
 from optimizer.base.units import HOURS_PER_YEAR, KG_PER_TONNE
 from optimizer.instance.build import Instance
+from optimizer.instance.churn import PairBounds
 from optimizer.solve.fleet import carbon_kg_per_node_hour, ondemand_for, plan_hours
 
 
@@ -23,6 +24,28 @@ def _cheapest_term(inst: Instance, site: str, gpu: str) -> tuple[str | None, flo
         return None, 0.0
     term = min(sorted(terms), key=lambda t: terms[t])
     return term, terms[term]
+
+
+def _bounds(inst: Instance, site: str, gpu: str) -> PairBounds:
+    """The pair's bounds from the churn limits (`optimizer.instance.churn`); none without them."""
+    return inst.churn.pair_bounds((site, gpu)) if inst.churn is not None else PairBounds()
+
+
+def _commitments(inst: Instance, site: str, gpu: str, term: str | None, top: int) -> np.ndarray:
+    """The whole commitments c worth pricing: 0 (or the churn floor) up to the nodes the
+    busiest state needs, within the supply cap and the churn limits."""
+    if term is None:
+        return np.arange(1)
+    bounds = _bounds(inst, site, gpu)
+    high = min(inst.committed_max[(site, gpu)], top, bounds.committed_max)
+    low = min(bounds.committed_min, inst.committed_max[(site, gpu)])
+    return np.arange(low, max(low, int(high)) + 1)
+
+
+def beyond_churn(inst: Instance, site: str, gpu: str, c: np.ndarray, ondemand_peak: np.ndarray) -> np.ndarray:
+    """Which commitments c (with their on-demand peaks) break the pair's churn bounds."""
+    bounds = _bounds(inst, site, gpu)
+    return (c + ondemand_peak > bounds.nodes_max) | (ondemand_peak > bounds.ondemand_max)
 
 
 @dataclass(frozen=True)
@@ -68,9 +91,9 @@ class Commitments:
         inst, hours = self.inst, self.hours
         top = int(max(need.max(initial=0), need_contingency))
         term, rate = _cheapest_term(inst, site, gpu)
-        if top == 0:
+        c = _commitments(inst, site, gpu, term, top)
+        if top == 0 and c[-1] == 0:
             return Committed(term, 0, np.zeros(len(need), dtype=np.int64), 0.0, False)
-        c = np.arange(0, (min(inst.committed_max[(site, gpu)], top) if term else 0) + 1)
         o = ondemand_for(need[None, :], c[:, None], inst.warm_fraction)
         o[:, self.peak_pos] = np.maximum(o[:, self.peak_pos], ondemand_for(need_contingency, c, inst.warm_fraction))
         od_rate = inst.contracts[(site, gpu)].ondemand
@@ -79,7 +102,7 @@ class Commitments:
         carbon = self.carbon_usd(site, gpu)
         if carbon.any():  # every committed node is powered every hour, on-demand ones when rented
             cost = cost + c * carbon.sum() + o @ carbon
-        over = o.max(axis=1) > inst.ondemand_max[(site, gpu)]
+        over = (o.max(axis=1) > inst.ondemand_max[(site, gpu)]) | beyond_churn(inst, site, gpu, c, o.max(axis=1))
         i = int(np.lexsort((cost, over))[0])
         return Committed(term, int(c[i]), o[i], float(cost[i]), bool(over[i]))
 
@@ -97,7 +120,7 @@ class PairCost:
         self.term, self.rate = _cheapest_term(inst, site, gpu)
         self.od_rate = inst.contracts[(site, gpu)].ondemand
         self.carbon = rule.carbon_usd(site, gpu)
-        self.cap_c = inst.committed_max[(site, gpu)] if self.term else 0
+        self.cap_c = min(inst.committed_max[(site, gpu)], _bounds(inst, site, gpu).committed_max) if self.term else 0
         self.previous = rule.hours.previous
         self.following = np.argsort(self.previous)  # the position each one is the previous of
         self._build(np.asarray(need, dtype=np.int64).copy())
@@ -106,7 +129,8 @@ class PairCost:
     def _build(self, need: np.ndarray) -> None:
         hours = self.rule.hours
         self.need = need
-        self.c = np.arange(0, min(self.cap_c, max(int(need.max(initial=0)), self.contingency)) + 1)
+        self.c = _commitments(self.rule.inst, self.site, self.gpu, self.term,
+                              max(int(need.max(initial=0)), self.contingency))
         warm, peak = self.rule.inst.warm_fraction, self.rule.peak_pos
         self.o = ondemand_for(need[None, :], self.c[:, None], warm)  # every state's column at once (`_column`)
         self.o[:, peak] = np.maximum(self.o[:, peak], ondemand_for(self.contingency, self.c, warm))
@@ -130,7 +154,9 @@ class PairCost:
         """The cheapest c of ``cost`` (a c whose busiest state rents beyond the on-demand cap
         only where none fits)."""
         busiest = max(int(need.max(initial=0)), self.contingency)
-        over = ondemand_for(busiest, self.c, self.rule.inst.warm_fraction) > self.rule.inst.ondemand_max[(self.site, self.gpu)]
+        inst = self.rule.inst
+        peak = ondemand_for(busiest, self.c, inst.warm_fraction)
+        over = (peak > inst.ondemand_max[(self.site, self.gpu)]) | beyond_churn(inst, self.site, self.gpu, self.c, peak)
         i = int(np.lexsort((cost, over))[0])
         return Committed(self.term, int(self.c[i]), o[i].copy(), float(cost[i]), bool(over[i]))
 
@@ -208,5 +234,6 @@ def commit(inst: Instance, need: dict[tuple[str, str, int], int]):
         if best.over_cap:
             violations.append(f"{s}/{g}: needs {int(best.ondemand.max())} on-demand nodes in some hour, cap "
                               f"{inst.ondemand_max[(s, g)]}" + (f" (and {inst.committed_max[(s, g)]} committed)"
-                                                                if best.term else ""))
+                                                                if best.term else "")
+                              + (" or its churn limits" if inst.churn is not None else ""))
     return committed, ondemand, violations
