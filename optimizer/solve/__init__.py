@@ -77,7 +77,9 @@ def solve(inst: Instance, settings: SolverSettings, progress=None, cache: ModelC
             if broken and fits(ctx.last_fit.solution):
                 raise InfeasibleError("no whole plan keeps the churn limits (loosen the churn section or "
                                       "--max-changes): " + "; ".join(broken[:5]))
-            raise InfeasibleError("no whole plan fits the sites' supply caps and megawatts: "
+            raise InfeasibleError("no whole plan fits the sites' supply caps and megawatts"
+                                  + (" and the churn limits (loosen --max-changes or the churn section)"
+                                     if ctx.inst.churn is not None else "") + ": "
                                   + "; ".join(ctx.last_fit.solution.violations[:5]))
     bound = ctx.bound_usd if ctx.bound_usd is not None else 0.0
     gap = max(0.0, (best.cost_usd - bound) / best.cost_usd) if best.cost_usd > 0 else 0.0

@@ -138,6 +138,9 @@ def _master_solve(ctx: Context, kind: str, coefficients: dict) -> tuple[Candidat
         ctx.stopped_by_clock = True
         return None
     ctx.master_solves += 1
+    if not out.has_solution:  # room left for rounding can leave no room at all (churn limits): the last plan stands
+        ctx.say(f"{kind} solve: {out.status}, no plan")
+        return None
     ctx.stopped_by_clock = ctx.stopped_by_clock or out.status == "time_limit"
     reading = ctx.cache.read(out.x)
     _price_the_cap(ctx, out)
