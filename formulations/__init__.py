@@ -10,7 +10,8 @@ rows, and the objective is assembled from the cost terms. The result is a
 Order: pools produce flows and GPU loads (prefill, colocated, decode), routing feeds the
 tiers, latency_tiers balances them, procurement supplies nodes, scaling prices on-demand
 ramps, resilience ties site-loss states to the peak slice, capacity and power close the
-balances, and carbon prices (and caps) the emissions of the powered nodes.
+balances, carbon prices (and caps) the emissions of the powered nodes, and churn limits how far
+the commitment moves from a previous fleet.
 
 One formulation, several uses, each a mode (`modes.Mode`): the plan (plan-master,
 plan-exact, plan-chord), and on a one-state view of the instance a plan's commitment operated
@@ -32,6 +33,7 @@ import numpy as np
 from formulations import (
     capacity,
     carbon,
+    churn,
     colocated,
     decode,
     latency_tiers,
@@ -52,7 +54,7 @@ __all__ = ["MODULES", "Build", "Commitment", "LinearProgram", "Mode", "Reading",
            "power_rows", "ramp_rows", "read_solution", "refresh", "route_columns", "structure", "unserved_columns", "write_solution"]
 
 MODULES = (prefill, colocated, decode, routing, latency_tiers, procurement, scaling, resilience, capacity, power,
-           carbon)
+           carbon, churn)
 
 
 def structure(inst) -> tuple:
@@ -69,7 +71,16 @@ def structure(inst) -> tuple:
         inst.cold_start_hours, inst.warm_fraction, tuple(sorted(inst.node_kw.items())),
         tuple(sorted(inst.pue.items())), tuple(sorted(inst.gpus_per_node.items())), tuple(sorted(inst.peak_to_mean.items())),
         _carbon_structure(inst),
+        _churn_structure(inst.churn),
     )
+
+
+def _churn_structure(limits) -> tuple:
+    """A previous fleet and its limits (`churn`), as a comparable tuple; () where none."""
+    if limits is None:
+        return ()
+    return (tuple(sorted(limits.previous_committed.items())), tuple(sorted(limits.previous_ondemand.items())),
+            limits.growth_factor, limits.growth_nodes, limits.max_removed_nodes, limits.max_changes)
 
 
 def _carbon_structure(inst) -> tuple:

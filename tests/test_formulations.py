@@ -19,6 +19,7 @@ import formulations
 from formulations import MODULES, Mode, build_program, read_solution, refresh, structure, write_solution
 from optimizer.base.units import HOURS_PER_YEAR, SECONDS_PER_HOUR
 from optimizer.instance.build import Arc, CommittedPrice, Contract, Instance
+from optimizer.instance.churn import ChurnLimits
 
 
 def program(inst: Instance, exact: bool = False, **fixed):
@@ -221,6 +222,33 @@ def test_carbon_prices_and_caps_the_tonnes_of_powered_nodes():
     assert "carbon_cap" not in plain.rows and np.array_equal(plain.cost_vector(), program(tiny())[0].cost_vector())
     fixed, _ = program(tiny(carbon_kg_per_node_hour=kg, carbon_cap_t=900.0), committed={("s1", "g"): 2})
     assert "carbon_cap" not in fixed.rows  # a year's cap does not split into one-state programs
+
+
+def test_churn_limits_growth_removal_and_the_budget_against_the_previous_fleet():
+    """Previous fleet: s1 3 committed + 2 on-demand peak, s2 1 committed. Growth γ = 0.5, Γ = 2:
+    c + o_t ≤ 1.5 · 5 + 2 = 9.5 at s1 (every state), c ≤ 1.5 · 1 + 2 = 3.5 at s2 (no on-demand
+    supply there); removals R = 2: c ≥ 3 − 2 = 1 at s1 (none at s2, whose floor is 0); budget
+    B = 4: c − a + r = c⁰, o_t − q ≤ P⁰, Σ a + r + q ≤ 4. No rows without a previous fleet or
+    in a mode that operates a fixed commitment."""
+    limits = ChurnLimits({("s1", "g"): 3, ("s2", "g"): 1}, {("s1", "g"): 2}, growth_factor=0.5, growth_nodes=2,
+                         max_removed_nodes=2, max_changes=4)
+    lp, _ = program(tiny(churn=limits))
+    c1, c2 = lp.cols["committed"][("s1", "g", "reserved-1y")], lp.cols["committed"][("s2", "g", "reserved-1y")]
+    for st in (0, 1):
+        coefs, _, hi = row(lp, "churn_growth", ("s1", "g", st))
+        assert coefs == {c1: 1.0, lp.cols["ondemand"][("s1", "g", st)]: 1.0} and hi == 9.5
+    assert row(lp, "churn_growth", ("s2", "g", None)) == ({c2: 1.0}, -math.inf, 3.5)
+    assert row(lp, "churn_removal", ("s1", "g")) == ({c1: 1.0}, 1.0, math.inf)
+    assert ("s2", "g") not in lp.rows["churn_removal"]
+    added, removed, od = (lp.cols[b][("s1", "g")] for b in ("churn_added", "churn_removed", "churn_ondemand_added"))
+    assert row(lp, "churn_committed", ("s1", "g")) == ({c1: 1.0, added: -1.0, removed: 1.0}, 3.0, 3.0)
+    assert row(lp, "churn_ondemand", ("s1", "g", 1)) == ({lp.cols["ondemand"][("s1", "g", 1)]: 1.0, od: -1.0},
+                                                         -math.inf, 2.0)
+    coefs, _, hi = row(lp, "churn_budget", ())
+    assert hi == 4.0 and len(coefs) == 6 and set(coefs.values()) == {1.0}
+    assert not any(b.startswith("churn") for b in program(tiny())[0].rows)
+    fixed, _ = program(tiny(churn=limits), committed={("s1", "g"): 2})
+    assert not any(b.startswith("churn") for b in fixed.rows)
 
 
 def test_every_module_has_its_test():

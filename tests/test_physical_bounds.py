@@ -25,6 +25,7 @@ from optimizer.instance.checks import preflight
 from optimizer.scenario import (
     Accelerator,
     Carbon,
+    Churn,
     DayType,
     Demand,
     DemandRow,
@@ -83,6 +84,7 @@ PLACES = {
     FleetRow: lambda d: d["fleet"]["contracts"][0],
     Years: lambda d: d["years"],
     PricePath: lambda d: d["years"]["price_paths"][0],
+    Churn: lambda d: d["churn"],
 }
 # numeric fields with no range of their own, and why
 EXEMPT = {
@@ -95,6 +97,7 @@ SCENARIO = {
                 "start": "2027-01-01"},
     "fleet": {"contracts": [{"site": "chicago", "gpu": "h100-sxm", "nodes": 1, "contract": "reserved",
                              "end": "2030-01-01"}]},
+    "churn": {"growth_nodes": 1},
     "years": {"discount_rate": 0.08, "price_paths": [{"name": "mine", "factors": [1.0, 0.9]}]},
     "demand": {"table": [{"metro": "chicago", "workload": "chat", "period": "Y", "hour": 12, "requests_per_s": 10}],
                "mix": [{"metro": "chicago", "workload": "chat", "multiplier": 1}]},

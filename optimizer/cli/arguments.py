@@ -16,7 +16,7 @@ import re
 from pydantic import BaseModel, ValidationError
 
 from optimizer.base.errors import shorten
-from optimizer.scenario import Policy
+from optimizer.scenario import Churn, Policy
 
 
 def _explain_first(exc: ValidationError, model: type[BaseModel]) -> str:
@@ -185,10 +185,17 @@ def plan(pl) -> None:
     mode.add_argument("--master", dest="exact", action="store_const", const=False,
                       help="continuous master + whole-plan repair (default for large scenarios)")
     pl.add_argument("--allow-unserved", action="store_true", help="write the plan even if some demand is unserved")
-    pl.add_argument("--from-plan", metavar="DIR", help="plan again exactly what a plan folder records")
     pl.add_argument("--fleet-from-plan", metavar="DIR",
                     help="start from the fleet a plan folder signed (its contracts from its first day, or a year before "
                          "this scenario's horizon.start) and the fleet it started from")
+    pl.add_argument("--from-plan", metavar="DIR",
+                    help="alone: plan again exactly what a plan folder records; with --max-changes, SCENARIO or --set: "
+                         "re-plan (that scenario, else the folder's own with the --set changes) starting from the "
+                         "folder's fleet, keeping the scenario's churn limits and reporting the node changes")
+    pl.add_argument("--max-changes", metavar="N", type=field_value(Churn, "max_changes"),
+                    help="with --from-plan: change the fleet by at most N nodes — Σ over (site, accelerator) of "
+                         "|committed nodes − the old plan's| + on-demand peak nodes beyond the old plan's "
+                         "(same as --set churn.max_changes=N); 0 keeps the old plan's nodes")
     pl.add_argument("--no-report", action="store_true", help="do not write report.html")
     pl.add_argument("--robust", action="store_true", help="plan with the scenario's robust margins; report the price of robustness")
     calibration_flag(pl)

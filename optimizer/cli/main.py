@@ -200,24 +200,34 @@ def cmd_plan(args) -> int:
         check_scheduler(args.scheduler)
     overrides = (args.set or []) + calibration_override(args)
     if args.fleet_from_plan:
+        if args.from_plan:
+            raise ScenarioError("--fleet-from-plan starts a new plan from a folder's fleet; --from-plan re-plans a "
+                                "folder: give one of them", field="--fleet-from-plan")
         from optimizer.commands.fleet_from_plan import fleet_override
 
         overrides.append(fleet_override(args.fleet_from_plan, args.scenario, overrides))
-    if args.from_plan:
-        if args.scenario or args.set or args.fleet_from_plan:
-            raise ScenarioError("--from-plan replans a plan folder as recorded; give no SCENARIO, --set or "
-                                "--fleet-from-plan with it")
+    replanning = args.max_changes is not None or args.scenario or args.set
+    if args.max_changes is not None and not args.from_plan:
+        raise ScenarioError("--max-changes limits the changes from a plan; give the plan with --from-plan OLD_DIR",
+                            field="--max-changes")
+    if args.from_plan and args.robust and replanning:
+        raise ScenarioError("--robust does not re-plan from a plan folder's fleet; give --robust or --from-plan",
+                            field="--robust")
+    if args.from_plan and not replanning:
         from optimizer.commands.pipeline import replan
 
         plan = replan(args.from_plan, progress=progress, allow_unserved=args.allow_unserved)
     else:
-        loaded = load_scenario(args.scenario, overrides)
-        if loaded[0].horizon.years > 1:
-            return plan_years(args, loaded, progress)
+        overrides += [f"churn.max_changes={args.max_changes}"] if args.max_changes is not None else []
+        loaded = None
+        if args.from_plan is None:
+            loaded = load_scenario(args.scenario, overrides)
+            if loaded[0].horizon.years > 1:
+                return plan_years(args, loaded, progress)
         plan = make_plan(args.scenario, overrides, time_limit_s=args.time_limit, mip_gap=args.mip_gap,
                          threads=args.threads, exact=args.exact, allow_unserved=args.allow_unserved,
                          robust=args.robust, backend=args.backend, progress=progress, effort=args.effort,
-                         workers=args.workers, scheduler=args.scheduler, loaded=loaded)
+                         workers=args.workers, scheduler=args.scheduler, from_plan=args.from_plan, loaded=loaded)
     out = write_plan(plan, args.out, inputs=plan.inputs, extras=() if args.no_report else (write_report,))
     sm = plan.summary
     if args.json:

@@ -3,6 +3,7 @@ instance → solve → tables and summary), robustly with margins, or again from
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from optimizer.base.errors import (
@@ -16,6 +17,7 @@ from optimizer.folder.read import read_plan, scenario_of
 from optimizer.geography.network import build_graph, rtt_matrix
 from optimizer.instance.build import Instance, build_instance
 from optimizer.instance.checks import preflight
+from optimizer.instance.churn import limits_from
 from optimizer.results import Plan
 from optimizer.results.robust import to_nominal_world
 from optimizer.results.summary import plan_summary
@@ -58,15 +60,41 @@ def settings_from(s: Scenario, time_limit_s=None, mip_gap=None, threads=None, ex
 
 def make_plan(path=None, overrides=(), *, time_limit_s=None, mip_gap=None, threads=None, exact=None,
               allow_unserved=False, robust=False, backend="highs", progress=None, effort=None, workers=None,
-              scheduler=None, loaded: tuple[Scenario, RawScenario] | None = None) -> Plan:
+              scheduler=None, from_plan=None, loaded: tuple[Scenario, RawScenario] | None = None) -> Plan:
     """Plan a scenario file (default: the reference scenario) with ``--set`` overrides, or the
     scenario already ``loaded`` from them; ``robust`` plans with the scenario's robust margins
-    (`robust_plan`)."""
-    s, raw = loaded or load_scenario(path, list(overrides))
+    (`robust_plan`). ``from_plan``: a plan folder whose fleet is the previous one (its churn
+    limits, `optimizer.instance.churn`) — and, without ``path``, whose recorded scenario is
+    planned again."""
+    if loaded is not None:
+        s, raw = loaded
+    elif from_plan is not None and path is None:
+        raw = apply_overrides(recorded_scenario(from_plan), list(overrides))
+        s = validate(raw)
+    else:
+        s, raw = load_scenario(path, list(overrides))
     settings = settings_from(s, time_limit_s, mip_gap, threads, exact, backend, effort, workers, scheduler)
+    previous = previous_fleet(from_plan) if from_plan is not None else None
     if robust:
         return robust_plan(s, raw, settings, allow_unserved=allow_unserved, progress=progress)
-    return plan_scenario(s, raw, settings, allow_unserved=allow_unserved, progress=progress)
+    return plan_scenario(s, raw, settings, allow_unserved=allow_unserved, progress=progress, previous=previous)
+
+
+def recorded_scenario(plan_dir: str | Path) -> RawScenario:
+    """The resolved scenario a plan folder records (overrides included), as raw data."""
+    old = read_plan(plan_dir)
+    return RawScenario(old.scenario_data, {}, Path(plan_dir) / "scenario.json",
+                       overrides=[str(o) for o in old.summary["overrides"]])
+
+
+def previous_fleet(plan_dir: str | Path) -> tuple[dict, dict]:
+    """A plan folder's fleet: (committed nodes, on-demand peak nodes) per (site, gpu), from its
+    procurement.csv."""
+    proc = read_plan(plan_dir).tables["procurement"]
+    proc = proc[proc["site"] != "*"]
+    committed = {(r.site, r.gpu): int(r.reserved_nodes) for r in proc.itertuples() if r.reserved_nodes}
+    ondemand = {(r.site, r.gpu): int(r.ondemand_nodes_peak) for r in proc.itertuples() if r.ondemand_nodes_peak}
+    return committed, ondemand
 
 
 def robust_plan(s: Scenario, raw: RawScenario, settings: SolverSettings, *, allow_unserved=False, progress=None) -> Plan:
@@ -111,17 +139,21 @@ def robust_band(s: Scenario) -> list[dict]:
 
 
 def plan_scenario(s: Scenario, raw: RawScenario, settings: SolverSettings, *, allow_unserved=False, progress=None,
-                  cache=None) -> Plan:
-    return plan_instance(s, raw, settings, allow_unserved=allow_unserved, progress=progress, cache=cache)[0]
+                  cache=None, previous: tuple[dict, dict] | None = None) -> Plan:
+    """Plan a validated scenario; ``previous``: the fleet it moves from (committed nodes,
+    on-demand peak per (site, gpu)), whose churn limits the plan keeps."""
+    return plan_instance(s, raw, settings, allow_unserved=allow_unserved, progress=progress, cache=cache,
+                         previous=previous)[0]
 
 
 def plan_instance(s: Scenario, raw: RawScenario, settings: SolverSettings, *, allow_unserved=False, progress=None,
-                  cache=None) -> tuple[Plan, Instance]:
+                  cache=None, previous: tuple[dict, dict] | None = None) -> tuple[Plan, Instance]:
     """`plan_scenario`, with the instance it planned (its prices and contracts)."""
     say = progress or (lambda msg: None)
     preflight(s, raw)
     rtt = rtt_matrix(build_graph(s, raw.path.parent), s)
     inst = build_instance(s, rtt)
+    inst = replace(inst, churn=limits_from(s.churn, previous, inst.site_gpus))
     say(f"instance: {len(inst.metros)} metros, {len(inst.sites)} sites, {len(inst.states)} states, "
         f"{len(inst.pools)} pools, {sum(len(a) for a in inst.arcs.values())} routing arcs")
     result = solve(inst, settings, progress, cache)
@@ -141,8 +173,7 @@ def replan(plan_dir: str | Path, *, progress=None, allow_unserved=False) -> Plan
     """Plan again exactly what a plan folder records: its resolved scenario (overrides
     included) with its solver settings."""
     old = read_plan(plan_dir)
-    raw = RawScenario(old.scenario_data, {}, Path(plan_dir) / "scenario.json",
-                      overrides=[str(o) for o in old.summary["overrides"]])
+    raw = recorded_scenario(plan_dir)
     try:
         settings = SolverSettings(**old.summary["settings"])
     except (TypeError, ValueError) as exc:

@@ -35,6 +35,7 @@ from optimizer.base.contracts import COST_CATEGORIES, TERMS
 from optimizer.base.units import GRAMS_PER_KG, HOURS_PER_YEAR, KG_PER_TONNE, MS_PER_S, SECONDS_PER_HOUR, Regime, Role
 from optimizer.curves.economics import owned_usd_per_node_hour
 from optimizer.geography.demand import build_demand, build_slices, profile_at
+from optimizer.instance.churn import ChurnLimits
 from optimizer.instance.fleet import OWNED_TERM, FleetYear, fleet_year
 from optimizer.instance.pools import (
     Handoff,
@@ -136,6 +137,7 @@ class Instance:
     carbon_search_usd_per_t: float | None = None
     # the fleet the plan starts from: nodes of each existing term there all year (`instance.fleet`)
     existing_nodes: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    churn: ChurnLimits | None = None  # a previous fleet and the limits on moving from it (None: none)
     # What the formulation reads of fleetplan's vocabulary, through this contract (formulations/
     # imports nothing of optimizer/): the cost categories it may write, the hours a committed
     # node is paid for, and the unit conversions of its coefficients.

@@ -14,6 +14,7 @@ from optimizer.base.contracts import COST_COLUMNS
 from optimizer.base.units import HOURS_PER_YEAR, KG_PER_TONNE, SECONDS_PER_HOUR
 from optimizer.curves.economics import cost_per_million_tokens_usd
 from optimizer.instance.build import Instance
+from optimizer.results.churn import churn_summary
 from optimizer.results.fleet import fleet_summary
 from optimizer.scenario import RawScenario, Scenario
 from optimizer.serving.billing import token_billing
@@ -110,6 +111,7 @@ def plan_summary(s: Scenario, raw: RawScenario, inst: Instance, result: SolveRes
         "steps": [asdict(st) for st in result.steps],
         "versions": versions(),
         "settings": asdict(settings),
+        **({"churn": churn_summary(inst, sol, result.churn_shadow)} if inst.churn is not None else {}),
     }
     return summary
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from optimizer.results.churn import churn_lines
 from optimizer.results.fleet import fleet_lines
 
 
@@ -60,6 +61,7 @@ def plan_text(sm: dict, out) -> str:
         "  GPUs at peak: " + ", ".join(f"{g} {n:,}" for g, n in sm["gpus_by_type_peak"].items()),
         *_carbon_lines(sm.get("carbon")),
         *fleet_lines(sm.get("fleet")),
+        *churn_lines(sm.get("churn")),
     ]
     lines += _robust_lines(sm)
     lines += _baseline_lines(sm)

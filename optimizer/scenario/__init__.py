@@ -38,6 +38,7 @@ from optimizer.scenario.overrides import apply_overrides, set_path
 from optimizer.scenario.raw import RawScenario, load_raw
 from optimizer.scenario.sections import (
                                          Carbon,
+                                         Churn,
                                          DayType,
                                          Demand,
                                          DemandRow,
@@ -53,7 +54,7 @@ from optimizer.scenario.sections import (
 from optimizer.scenario.tables import DATA_DIR, REFERENCE_SCENARIO, SECTIONS, TABLES, TableSpec
 from optimizer.scenario.validate import explain, validate, validate_row
 
-__all__ = ["Accelerator", "Carbon", "Catalogued", "DATA_DIR", "DayType", "Demand", "DemandRow", "GridCarbon", "Horizon", "Metro", "MixRow",
+__all__ = ["Accelerator", "Carbon", "Catalogued", "Churn", "DATA_DIR", "DayType", "Demand", "DemandRow", "GridCarbon", "Horizon", "Metro", "MixRow",
            "Model", "NetworkSpec", "Owned", "Period", "Place", "Policy", "Price", "REFERENCE_SCENARIO", "RawScenario", "Robust",
            "SECTIONS", "Scenario", "Serving", "Site", "Speculative", "Strict", "Supply", "TABLES", "TableSpec", "Workload",
            "apply_overrides", "explain", "load_raw", "load_scenario", "set_path", "validate", "validate_row"]

@@ -7,7 +7,7 @@ from pydantic import Field
 from optimizer.scenario.catalogue import Accelerator, GridCarbon, Metro, Model, Owned, Price, Site, Supply, Workload
 from optimizer.scenario.fields import Strict
 from optimizer.scenario.fleet import Fleet, Years
-from optimizer.scenario.sections import Carbon, Demand, Horizon, NetworkSpec, Policy, Robust, Serving
+from optimizer.scenario.sections import Carbon, Churn, Demand, Horizon, NetworkSpec, Policy, Robust, Serving
 
 
 class Scenario(Strict):
@@ -33,6 +33,7 @@ class Scenario(Strict):
     carbon: Carbon = Field(default_factory=Carbon)
     fleet: Fleet = Field(default_factory=Fleet)
     years: Years = Field(default_factory=Years)
+    churn: Churn = Field(default_factory=Churn)
 
     def peak_to_mean(self, workload: str) -> float:
         """The intra-hour peak factor a workload's pools are sized for."""

@@ -321,6 +321,25 @@ class Carbon(Strict):
         "slices, weighted); empty: no cap", why="a 100 MW fleet on a 500 g/kWh grid emits ~440,000 t a year")
 
 
+class Churn(Strict):
+    """How far a plan may move from a previous fleet (`fleetplan plan --from-plan OLD`): a
+    pair's nodes are its committed nodes plus its on-demand peak (`optimizer.instance.churn`).
+    Every field is optional; none set: no limit."""
+
+    growth_factor: float | None = bounded(
+        None, ge=0, le=100, description="γ: the nodes of a (site, accelerator) may grow by at most γ × its previous "
+        "nodes + growth_nodes", why="energy-system planners bound yearly build-out at tens of % of the installed base")
+    growth_nodes: float | None = bounded(
+        None, ge=0, le=100_000, unit="nodes", description="Γ: nodes a (site, accelerator) may add beyond γ × its "
+        "previous nodes (lets a pair with none start)")
+    max_removed_nodes: int | None = bounded(
+        None, ge=0, le=100_000, unit="nodes per (site, accelerator)", description="committed nodes a (site, "
+        "accelerator) may end or take out at most")
+    max_changes: int | None = bounded(
+        None, ge=0, le=1_000_000, unit="nodes", description="a budget of node changes: Σ over (site, accelerator) of "
+        "|committed − previous committed| + on-demand peak nodes beyond the previous peak")
+
+
 class Robust(Strict):
     """Margins `fleetplan plan --robust` plans with. The plan folder keeps the nominal
     scenario; its summary reports the margins and the price of robustness (the robust plan's

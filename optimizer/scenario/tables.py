@@ -56,5 +56,6 @@ TABLES = {
 DIURNAL_FILE = "diurnal.csv"
 SECTIONS = {"horizon": sections.Horizon, "demand": sections.Demand, "network": sections.NetworkSpec,
             "serving": sections.Serving, "policy": sections.Policy,
-            "robust": sections.Robust, "carbon": sections.Carbon, "fleet": fleet.Fleet, "years": fleet.Years}
+            "robust": sections.Robust, "carbon": sections.Carbon, "fleet": fleet.Fleet, "years": fleet.Years,
+            "churn": sections.Churn}
 TOP_LEVEL = {"name", "description", "catalogue", "calibration", *TABLES, "diurnal", *SECTIONS, "traces"}

@@ -26,12 +26,13 @@ from dataclasses import replace
 from formulations import Mode
 from optimizer.base.errors import InfeasibleError
 from optimizer.instance.build import Instance
+from optimizer.solve import churn
 from optimizer.solve.anytime import gap_split, refine
 from optimizer.solve.cache import ModelCache
 from optimizer.solve.exact import solve_exact
 from optimizer.solve.pricing import at_sizes, plan_cost, pool_sizes, size_choices
 from optimizer.solve.settings import Candidate, SolveResult, SolverSettings, SolveStep
-from optimizer.solve.steps import FIRST_PLAN_FUNCTIONS, Context
+from optimizer.solve.steps import FIRST_PLAN_FUNCTIONS, Context, fits
 
 AUTO_EXACT_BINARIES = 3000
 STEP_FUNCTIONS = {**FIRST_PLAN_FUNCTIONS, "refine": refine}
@@ -72,7 +73,13 @@ def solve(inst: Instance, settings: SolverSettings, progress=None, cache: ModelC
         if best is None:
             if ctx.last_fit is None:
                 raise InfeasibleError("no plan was made: the steps run do not include a master solve")
-            raise InfeasibleError("no whole plan fits the sites' supply caps and megawatts: "
+            broken = churn.breaches(ctx.inst, ctx.last_fit.solution)
+            if broken and fits(ctx.last_fit.solution):
+                raise InfeasibleError("no whole plan keeps the churn limits (loosen the churn section or "
+                                      "--max-changes): " + "; ".join(broken[:5]))
+            raise InfeasibleError("no whole plan fits the sites' supply caps and megawatts"
+                                  + (" and the churn limits (loosen --max-changes or the churn section)"
+                                     if ctx.inst.churn is not None else "") + ": "
                                   + "; ".join(ctx.last_fit.solution.violations[:5]))
     bound = ctx.bound_usd if ctx.bound_usd is not None else 0.0
     gap = max(0.0, (best.cost_usd - bound) / best.cost_usd) if best.cost_usd > 0 else 0.0
@@ -87,4 +94,15 @@ def solve(inst: Instance, settings: SolverSettings, progress=None, cache: ModelC
     split = gap_split(ctx, first_plan if first_plan is not None else ctx.best_usd)
     return SolveResult(status, best.solution, best.cost_usd, bound, gap, build_s, handoff_s,
                        time.perf_counter() - solving, ctx.log, size, settings.exact, ctx.history, ctx.bounds,
-                       ctx.first_plan_s, split, ctx.stopped_by_clock, dict(ctx.work))
+                       ctx.first_plan_s, split, ctx.stopped_by_clock, dict(ctx.work), churn_prices(ctx, largest))
+
+
+def churn_prices(ctx: Context, largest: dict) -> list[dict]:
+    """The churn limits' shadow prices: the duals of the bound solve's master LP, or (exact
+    mode, no LP duals) of a master LP solved for them; [] without churn limits."""
+    if ctx.inst.churn is None:
+        return []
+    if ctx.master_duals is not None:
+        return churn.shadow_prices(ctx.master_lp, ctx.master_duals)
+    return churn.master_shadow_prices(ctx.inst, at_sizes(ctx.inst, largest), ModelCache, ctx.settings.backend,
+                                      ctx.settings.threads)

@@ -14,6 +14,7 @@ import numpy as np
 from optimizer.base.contracts import TERM
 from optimizer.base.units import HOURS_PER_YEAR, KG_PER_TONNE
 from optimizer.instance.build import Instance
+from optimizer.instance.churn import PairBounds
 from optimizer.solve.fleet import carbon_kg_per_node_hour, ondemand_for, plan_hours
 
 
@@ -65,6 +66,28 @@ def _signed_term(layers: list[Tier]) -> str | None:
     return next((t.term for t in layers if not TERM[t.term].existing), None)
 
 
+def _bounds(inst: Instance, site: str, gpu: str) -> PairBounds:
+    """The pair's bounds from the churn limits (`optimizer.instance.churn`); none without them."""
+    return inst.churn.pair_bounds((site, gpu)) if inst.churn is not None else PairBounds()
+
+
+def _commitments(inst: Instance, site: str, gpu: str, layers: list[Tier], top: int) -> np.ndarray:
+    """The whole commitments c worth pricing: 0 (or the churn floor) up to the nodes the
+    busiest state needs, within what the tiers hold (the fleet's own, the supply cap) and the
+    churn limits."""
+    room = sum(t.nodes for t in layers)
+    bounds = _bounds(inst, site, gpu)
+    high = min(room, top, bounds.committed_max)
+    low = min(bounds.committed_min, room)
+    return np.arange(low, max(low, int(high)) + 1)
+
+
+def beyond_churn(inst: Instance, site: str, gpu: str, c: np.ndarray, ondemand_peak: np.ndarray) -> np.ndarray:
+    """Which commitments c (with their on-demand peaks) break the pair's churn bounds."""
+    bounds = _bounds(inst, site, gpu)
+    return (c + ondemand_peak > bounds.nodes_max) | (ondemand_peak > bounds.ondemand_max)
+
+
 @dataclass(frozen=True)
 class Committed:
     """One (site, accelerator)'s whole commitment: nodes c on ``term``, on-demand nodes per
@@ -109,9 +132,9 @@ class Commitments:
         top = int(max(need.max(initial=0), need_contingency))
         layers = tiers(inst, site, gpu)
         term = _signed_term(layers)
-        if top == 0:
+        c = _commitments(inst, site, gpu, layers, top)
+        if top == 0 and c[-1] == 0:
             return Committed(term, 0, np.zeros(len(need), dtype=np.int64), 0.0, False)
-        c = np.arange(0, min(sum(t.nodes for t in layers), top) + 1)
         o = ondemand_for(need[None, :], c[:, None], inst.warm_fraction)
         o[:, self.peak_pos] = np.maximum(o[:, self.peak_pos], ondemand_for(need_contingency, c, inst.warm_fraction))
         od_rate = inst.contracts[(site, gpu)].ondemand
@@ -120,7 +143,7 @@ class Commitments:
         carbon = self.carbon_usd(site, gpu)
         if carbon.any():  # every committed node is powered every hour, on-demand ones when rented
             cost = cost + c * carbon.sum() + o @ carbon
-        over = o.max(axis=1) > inst.ondemand_max[(site, gpu)]
+        over = (o.max(axis=1) > inst.ondemand_max[(site, gpu)]) | beyond_churn(inst, site, gpu, c, o.max(axis=1))
         i = int(np.lexsort((cost, over))[0])
         return Committed(term, int(c[i]), o[i], float(cost[i]), bool(over[i]))
 
@@ -139,7 +162,7 @@ class PairCost:
         self.term = _signed_term(self.layers)
         self.od_rate = inst.contracts[(site, gpu)].ondemand
         self.carbon = rule.carbon_usd(site, gpu)
-        self.cap_c = sum(t.nodes for t in self.layers)
+        self.cap_c = min(sum(t.nodes for t in self.layers), _bounds(inst, site, gpu).committed_max)
         self.previous = rule.hours.previous
         self.following = np.argsort(self.previous)  # the position each one is the previous of
         self._build(np.asarray(need, dtype=np.int64).copy())
@@ -148,7 +171,8 @@ class PairCost:
     def _build(self, need: np.ndarray) -> None:
         hours = self.rule.hours
         self.need = need
-        self.c = np.arange(0, min(self.cap_c, max(int(need.max(initial=0)), self.contingency)) + 1)
+        self.c = _commitments(self.rule.inst, self.site, self.gpu, self.layers,
+                              max(int(need.max(initial=0)), self.contingency))
         warm, peak = self.rule.inst.warm_fraction, self.rule.peak_pos
         self.o = ondemand_for(need[None, :], self.c[:, None], warm)  # every state's column at once (`_column`)
         self.o[:, peak] = np.maximum(self.o[:, peak], ondemand_for(self.contingency, self.c, warm))
@@ -172,7 +196,9 @@ class PairCost:
         """The cheapest c of ``cost`` (a c whose busiest state rents beyond the on-demand cap
         only where none fits)."""
         busiest = max(int(need.max(initial=0)), self.contingency)
-        over = ondemand_for(busiest, self.c, self.rule.inst.warm_fraction) > self.rule.inst.ondemand_max[(self.site, self.gpu)]
+        inst = self.rule.inst
+        peak = ondemand_for(busiest, self.c, inst.warm_fraction)
+        over = (peak > inst.ondemand_max[(self.site, self.gpu)]) | beyond_churn(inst, self.site, self.gpu, self.c, peak)
         i = int(np.lexsort((cost, over))[0])
         return Committed(self.term, int(self.c[i]), o[i].copy(), float(cost[i]), bool(over[i]))
 
@@ -249,5 +275,6 @@ def commit(inst: Instance, need: dict[tuple[str, str, int], int]):
         if best.over_cap:
             violations.append(f"{s}/{g}: needs {int(best.ondemand.max())} on-demand nodes in some hour, cap "
                               f"{inst.ondemand_max[(s, g)]}" + (f" (and {inst.committed_max[(s, g)]} committed)"
-                                                                if best.term else ""))
+                                                                if best.term else "")
+                              + (" or its churn limits" if inst.churn is not None else ""))
     return committed, ondemand, violations

@@ -133,9 +133,14 @@ def usable_gpus(committed, ondemand, gpus_per_node: int, warm_fraction: float):
 
 
 def supply_gpus(inst: Instance, site: str, gpu: str) -> int:
-    """The most GPUs replicas may use at a (site, accelerator): every node its caps allow."""
-    return int(usable_gpus(inst.committed_max[(site, gpu)], inst.ondemand_max[(site, gpu)], inst.gpus_per_node[gpu],
-                           inst.warm_fraction))
+    """The most GPUs replicas may use at a (site, accelerator): every node its caps allow — and
+    its churn limits (`optimizer.instance.churn`: committed nodes first, as they are all usable)."""
+    c, o = inst.committed_max[(site, gpu)], inst.ondemand_max[(site, gpu)]
+    if inst.churn is not None:
+        bounds = inst.churn.pair_bounds((site, gpu))
+        c = min(c, bounds.committed_max, bounds.nodes_max)
+        o = min(o, bounds.ondemand_max, max(bounds.nodes_max - c, 0))
+    return int(usable_gpus(int(c), int(o), inst.gpus_per_node[gpu], inst.warm_fraction))
 
 
 def node_kw(inst: Instance, site: str, gpu: str, nodes):
@@ -257,12 +262,14 @@ def carbon_tonnes(inst: Instance, site: str, gpu: str, slices, weight_hours, pow
 
 def gpus_short(inst: Instance, sol: Solution) -> dict:
     """GPUs the whole replicas need beyond what committed and on-demand nodes (within their
-    caps) can host, per (site, accelerator, state)."""
+    caps and churn limits) can host, per (site, accelerator, state)."""
     have = committed_nodes(sol)
     out = {}
     for (s, g, sid), need in gpus_in_replicas(inst, sol.replicas).items():
         o = min(sol.ondemand.get((s, g, sid), 0), inst.ondemand_max.get((s, g), 0))
         usable = int(usable_gpus(have.get((s, g), 0), o, inst.gpus_per_node[g], inst.warm_fraction))
+        if inst.churn is not None:  # nodes beyond the churn limits are no supply either
+            usable = min(usable, supply_gpus(inst, s, g))
         if need > usable:
             out[(s, g, sid)] = need - usable
     return out

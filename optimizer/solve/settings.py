@@ -143,6 +143,7 @@ class SolveResult:
     split: dict = field(default_factory=dict)  # where the gap lies, as measured (`anytime.gap_split`)
     stopped_by_clock: bool = False  # the wall-clock cap stopped the work: the plan may differ on another machine
     work: dict = field(default_factory=dict)  # the work done, by kind (moves priced, nodes, slice programs)
+    churn_shadow: list = field(default_factory=list)  # binding churn limits, $ per node (`optimizer.solve.churn`)
 
 
 @dataclass(frozen=True)

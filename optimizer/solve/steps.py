@@ -8,6 +8,8 @@ backend, the wall-clock cap, the bound, the log — travels in a `Context`.
   plan. Its flows are made whole (`repair.repair`): the first whole plan. Where whole replicas
   overflow a supply cap or a site's power, the master is solved again with that much room left
   there (at most MAX_ROOM_SOLVES times).
+  With churn limits (`optimizer.solve.churn`), the budget is shared out per (site,
+  accelerator) as the master used it, and only a plan that keeps every limit is kept.
 * ``improve`` — from the first plan, two paths, the better kept: the slices operated again on
   the plan's commitment (`operating.reoperate_slices`: committed GPUs cost nothing in an hour,
   so each slice fills them before it rents, which the master's linear prices cannot see), then
@@ -29,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from formulations import carbon_cap_row
 from optimizer.base.errors import TimeLimitNoPlanError
 from optimizer.instance.build import Instance
-from optimizer.solve import moves
+from optimizer.solve import churn, moves
 from optimizer.solve.cache import ModelCache
 from optimizer.solve.fixed_commitment import reoperate_slices
 from optimizer.solve.fleet import Solution, gpus_in_replicas, node_kw
@@ -95,8 +97,9 @@ class Context:
         return self.gap is not None and self.gap <= self.settings.mip_gap + 1e-9
 
     def offer(self, event: str, plan: Candidate) -> bool:
-        """Keep ``plan`` if it fits and beats the best (`Candidate.better_than`); True if kept."""
-        if not fits(plan.solution) or not plan.better_than(self.best):
+        """Keep ``plan`` if it fits, keeps the churn limits and beats the best
+        (`Candidate.better_than`); True if kept."""
+        if not fits(plan.solution) or not plan.better_than(self.best) or churn.breaches(self.inst, plan.solution):
             return False
         self.best = plan
         if self.first_plan_s is None:
@@ -135,9 +138,13 @@ def _master_solve(ctx: Context, kind: str, coefficients: dict) -> tuple[Candidat
         ctx.stopped_by_clock = True
         return None
     ctx.master_solves += 1
+    if not out.has_solution:  # room left for rounding can leave no room at all (churn limits): the last plan stands
+        ctx.say(f"{kind} solve: {out.status}, no plan")
+        return None
     ctx.stopped_by_clock = ctx.stopped_by_clock or out.status == "time_limit"
     reading = ctx.cache.read(out.x)
     _price_the_cap(ctx, out)
+    ctx.inst = churn.allot_from(ctx.inst, ctx.cache.lp, out.x)  # the budget as the master used it, for the searches
     new = candidate(ctx.inst, repair(ctx.inst, reading.flows, reading.routes, reading.unserved))
     ctx.last_fit = new
     ctx.log.append(SolveStep(kind, out.status, out.objective, out.bound, time.perf_counter() - t, new.cost_usd))
