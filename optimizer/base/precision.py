@@ -57,7 +57,7 @@ def default_kv(weight: str) -> str:
     """The KV format served beside weights in ``weight`` when none is named: the same for
     bf16 and fp8, fp8 beside 4-bit weights (the common deployment; NVFP4 KV needs a
     calibrated checkpoint)."""
-    return weight if weight in KV_FORMATS else "fp8"
+    return weight if weight in ("bf16", "fp8") else "fp8"
 
 
 def bytes_per_value(name: str) -> float:
