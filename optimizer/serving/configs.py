@@ -13,7 +13,10 @@ Rules (reasons in the README's "Modelling choices"):
 - a dedicated prefill replica serves one prompt at a time or, for each budget B in
   `Serving.prefill_batch_tokens`, packs the waiting prompts into passes of up to B new
   tokens (`optimizer.curves.prefill_batch`); the configs compete like any others;
-- the p99 prompt is assumed a cache miss unless nearly every request hits.
+- the p99 prompt is assumed a cache miss unless nearly every request hits;
+- every (weight, KV) precision the workload accepts (`Workload.precisions`) and the part serves
+  (`Accelerator.precisions`, `kv_precisions`) gives configs of its own, at the bytes and matmul
+  rate of `optimizer.base.precision`; a precision other than the workload's own tags the id.
 """
 
 from __future__ import annotations
