@@ -173,5 +173,12 @@ def test_curves_and_budget_take_any_catalogue_entry(capsys):
     assert main([*args, "--site", "ashburn", "--dtype", "nvfp4"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["gpus"] == ["gb200-nvl72"] and out["feasible"] is True
+    # without --gpu: the site's accelerators that serve the precision (B200 at ashburn serves nvfp4, H100 not)
+    assert main(["budget", "--metro", "new-york", "--workload", "chat", "--site", "ashburn", "--dtype", "nvfp4",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["feasible"] is True
+    assert main(["budget", "--metro", "new-york", "--workload", "chat", "--site", "ashburn", "--gpu", "h100-sxm",
+                 "--dtype", "nvfp4"]) == 2
+    assert "h100-sxm does not serve nvfp4 weights" in capsys.readouterr().err
     assert main([*args, "--site", "london"]) == 2
     assert "draws 120 kW but site 'london' takes at most 40 kW per rack" in capsys.readouterr().err

@@ -39,7 +39,8 @@ def served_precision(gpu, weight: str, kv: str) -> None:
 
 def at_precision(s, workload: str, gpus: list[str], dtype: str | None, kv_dtype: str | None):
     """The scenario with ``workload`` served at --dtype/--kv-dtype only (unchanged without
-    them); an error naming the flag where one of ``gpus`` does not serve them."""
+    them); an error naming the flag where none of ``gpus`` serves them (the others simply
+    offer no config at that precision)."""
     if not (dtype or kv_dtype):
         return s
     from optimizer.base.precision import default_kv
@@ -47,8 +48,14 @@ def at_precision(s, workload: str, gpus: list[str], dtype: str | None, kv_dtype:
     w = s.workloads[workload]
     weight = dtype or w.weight_dtype
     kv = kv_dtype or (default_kv(weight) if dtype else w.kv_dtype)
+    refusals = []
     for g in gpus:
-        served_precision(s.accelerators[g], weight, kv)
+        try:
+            served_precision(s.accelerators[g], weight, kv)
+        except ScenarioError as exc:
+            refusals.append(exc)
+    if refusals and len(refusals) == len(gpus):
+        raise refusals[0]
     w = w.model_copy(update={"weight_dtype": weight, "kv_dtype": kv, "accepted_precisions": None})
     return s.model_copy(update={"workloads": {**s.workloads, w.id: w}})
 
