@@ -145,6 +145,11 @@ def test_a_rack_a_site_cannot_power_or_cool_is_not_offered(catalogue):
     # a site's racks lowered below the rack's power: no longer offered there
     lowered = load_scenario(None, [NEW_GPUS, "sites.ashburn.rack_kw_max=100"])[0]
     assert "gb200-nvl72" not in lowered.supply["ashburn"] and "gb300-nvl72" not in lowered.supply["ashburn"]
+    # no liquid-cooled site left: the racks are offered nowhere, and validation says so
+    none, raw = load_scenario(None, [NEW_GPUS, *(f"sites.{x}.liquid_cooling=false" for x in ("ashburn", "dallas", "phoenix"))])
+    assert not any("gb200-nvl72" in per for per in none.supply.values())
+    assert any(w.startswith("accelerator 'gb200-nvl72' is offered at no site: one gb200-nvl72 node")
+               for w in raw.warnings)
 
 
 def test_a_planner_row_asking_for_an_impossible_pair_is_an_error(tmp_path):

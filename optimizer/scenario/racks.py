@@ -25,8 +25,8 @@ def _from_catalogue(file: str) -> bool:
 def hostable_supply(supply: dict, sites: dict, accelerators: dict, raw) -> dict:
     """``supply`` (site → gpu → row) without the pairs a site's racks cannot take; a
     `ScenarioError` for such a pair the planner wrote, or for a site left with no accelerator
-    because of its racks."""
-    out = {}
+    because of its racks; a warning for an accelerator no site can host."""
+    out, refused = {}, {}
     for sid, per in supply.items():
         site = sites.get(sid)
         kept, dropped = {}, []
@@ -41,9 +41,13 @@ def hostable_supply(supply: dict, sites: dict, accelerators: dict, raw) -> dict:
                 raise ScenarioError(f"{why}; expected a site whose racks take it, or no supply row for this pair",
                                     origin, field="gpu")
             dropped.append(why)
+            refused.setdefault(gid, why)
         if per and not kept and dropped:
             raise ScenarioError(f"site '{sid}' can host none of the offered accelerators it has supply for: "
                                 f"{dropped[0]}; expected a larger rack_kw_max, liquid_cooling, or another site",
                                 raw.origin("sites", sid), field="rack_kw_max")
         out[sid] = kept
+    offered = {g for per in out.values() for g in per}
+    raw.warnings.extend(f"accelerator '{g}' is offered at no site: {why}" for g, why in sorted(refused.items())
+                        if g not in offered)
     return out
