@@ -68,12 +68,19 @@ def test_empty_scenario_takes_the_whole_catalogue(everything):
     s, raw = everything
     assert raw.warnings == []
     assert s.name == "all"
-    assert len(s.accelerators) == len(csv_rows("accelerators.csv")) == 7
+    assert len(s.accelerators) == len(csv_rows("accelerators.csv")) == 11
     assert len(s.models) == len(csv_rows("models.csv"))
     assert len(s.owned) == len(csv_rows("owned.csv"))
     assert len(s.metros) == len(csv_rows("metros.csv"))
     assert len(s.sites) == len(csv_rows("sites.csv"))
-    assert sum(len(per) for per in s.supply.values()) == len(csv_rows("supply.csv"))
+    # a supply row whose site's racks cannot take the part (power or liquid cooling) is not offered
+    site = {r["id"]: r for r in csv_rows("sites.csv")}
+    gpu = {r["id"]: r for r in csv_rows("accelerators.csv")}
+    hostable = [r for r in csv_rows("supply.csv")
+                if float(gpu[r["gpu"]]["node_kw"]) <= float(site[r["site"]]["rack_kw_max"])
+                and (gpu[r["gpu"]]["liquid_cooling_required"] == "no" or site[r["site"]]["liquid_cooling"] == "yes")]
+    assert 0 < len(hostable) < len(csv_rows("supply.csv"))
+    assert sum(len(per) for per in s.supply.values()) == len(hostable)
     assert len(s.workloads) == len(csv_rows("workloads.csv"))
     assert s.price_provider == "reference"
     assert len(s.prices) == sum(r["provider"] == "reference" for r in csv_rows("prices.csv"))

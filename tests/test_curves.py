@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from optimizer.base.precision import bytes_per_value
 from optimizer.base.units import HOURS_PER_YEAR
 from optimizer.curves.cache import (
     cache_kv_share,
@@ -58,7 +59,6 @@ from optimizer.curves.transfer import kv_transfer_time_s, replica_nic_bytes_per_
 from optimizer.scenario import Serving, Workload, load_scenario
 from optimizer.scenario.calibration.params import Calibration
 from optimizer.serving.configs import (
-    BYTES_PER_VALUE,
     hardware,
     make_replica,
     model_shape,
@@ -155,8 +155,8 @@ def test_kv_bytes_headline_values():
 def test_kv_bytes_per_token_of_shipped_models(catalogue, model):
     row = catalogue.models[model]
     expected = KV_BF16[model]
-    assert kv_bytes_per_token(model_shape(row), BYTES_PER_VALUE["bf16"]) == expected
-    assert kv_bytes_per_token(model_shape(row), BYTES_PER_VALUE["fp8"]) == expected / 2
+    assert kv_bytes_per_token(model_shape(row), bytes_per_value("bf16")) == expected
+    assert kv_bytes_per_token(model_shape(row), bytes_per_value("fp8")) == expected / 2
     assert workload_kv_bytes_per_token(probe_workload(model, "bf16"), row) == expected
     assert workload_kv_bytes_per_token(probe_workload(model, "fp8"), row) == expected / 2
     r = make_replica(row, catalogue.accelerators["h200-sxm"], Serving(calibration=NEUTRAL), 1, "fp8", "fp8")
@@ -297,7 +297,7 @@ def test_decode_step_floor_and_monotonicity(model, gpu, p, dtype, batch, context
         return
     r = dataclasses.replace(r, eff=dataclasses.replace(r.eff, roofline_sharpness=sharpness))
     shape = model_shape(m)
-    beta = BYTES_PER_VALUE[dtype]
+    beta = bytes_per_value(dtype)
     if shape.is_moe:  # a one-token step touches the shared part and k experts: N_a parameters
         read_one = shape.params_active * beta
     else:

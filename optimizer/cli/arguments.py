@@ -16,6 +16,7 @@ import re
 from pydantic import BaseModel, ValidationError
 
 from optimizer.base.errors import shorten
+from optimizer.base.precision import KV_FORMATS, WEIGHT_FORMATS
 from optimizer.scenario import Churn, Policy
 
 
@@ -130,8 +131,7 @@ def curves(c) -> None:
     c.add_argument("--itl-ms", type=MILLISECONDS, default=50.0, help="p99 inter-token objective (default 50)")
     c.add_argument("--ttft-ms", type=MILLISECONDS, help="p99 TTFT objective, to show the headroom after prefill")
     c.add_argument("--price-usd-per-gpu-hour", type=PRICE, help="default: the scenario's on-demand price")
-    c.add_argument("--dtype", choices=["bf16", "fp8"], default="bf16", help="weight precision")
-    c.add_argument("--kv-dtype", choices=["bf16", "fp8"], help="KV precision (default: as weights)")
+    precision_flags(c, default="bf16")
     c.add_argument("--scenario", help="take catalogue and serving settings from this scenario (default: reference)")
     c.add_argument("--plot", help="PNG of tokens/s and step time vs batch, knee marked")
     calibration_flag(c)
@@ -142,10 +142,21 @@ def validate(v) -> None:
     v.add_argument("scenario")
 
 
+def precision_flags(p, default: str | None) -> None:
+    """--dtype and --kv-dtype: the formats of `optimizer.base.precision`."""
+    shown = f"default {default}" if default else "default: the precisions the workload accepts"
+    p.add_argument("--dtype", choices=WEIGHT_FORMATS, default=default,
+                   help=f"weight precision ({shown}); 4-bit formats run at the FP4 rate where the part has FP4 tensor "
+                        "cores, else weight-only (dequantised to bf16)")
+    p.add_argument("--kv-dtype", choices=KV_FORMATS,
+                   help="KV precision (default: as the weights for bf16 and fp8, fp8 for 4-bit weights)")
+
+
 def budget(b) -> None:
     for name in ("metro", "site", "workload"):
         b.add_argument(f"--{name}", required=True)
     b.add_argument("--gpu", help="accelerator for prefill and decode (default: the best the site offers)")
+    precision_flags(b, default=None)
     b.add_argument("--scenario")
     calibration_flag(b)
     json_flag(b)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from optimizer.base.errors import Origin, shorten
+from optimizer.base.errors import Origin, ScenarioError, shorten
 
 CURVE_FLAGS = {"isl_mean_tokens": "--isl", "isl_p99_tokens": "--isl", "osl_mean_tokens": "--osl",
                "osl_p99_tokens": "--osl", "itl_p99_ms": "--itl-ms", "ttft_p99_ms": "--ttft-ms"}
@@ -24,6 +24,40 @@ def with_catalogue_rows(args, **wanted):
         if missing and all(i in catalogue_ids(table) for i in missing):
             overrides.append(f"{table}=[{', '.join([*raw.data[table], *missing])}]")
     return load_scenario(args.scenario, overrides + calibration_override(args))
+
+
+def served_precision(gpu, weight: str, kv: str) -> None:
+    """A `ScenarioError` naming the flag if ``gpu`` serves ``weight`` weights or ``kv`` KV not."""
+    if weight not in gpu.precisions or (weight == "fp8" and gpu.fp8_dense_tflops is None):
+        raise ScenarioError(f"{gpu.id} does not serve {weight} weights; expected --dtype "
+                            f"{' or '.join(p for p in gpu.precisions if p != 'fp8' or gpu.fp8_dense_tflops)}",
+                            field="--dtype")
+    if kv not in gpu.kv_precisions():
+        raise ScenarioError(f"{gpu.id} does not serve a {kv} KV cache; expected --kv-dtype "
+                            f"{' or '.join(gpu.kv_precisions())}", field="--kv-dtype")
+
+
+def at_precision(s, workload: str, gpus: list[str], dtype: str | None, kv_dtype: str | None):
+    """The scenario with ``workload`` served at --dtype/--kv-dtype only (unchanged without
+    them); an error naming the flag where none of ``gpus`` serves them (the others simply
+    offer no config at that precision)."""
+    if not (dtype or kv_dtype):
+        return s
+    from optimizer.base.precision import default_kv
+
+    w = s.workloads[workload]
+    weight = dtype or w.weight_dtype
+    kv = kv_dtype or (default_kv(weight) if dtype else w.kv_dtype)
+    refusals = []
+    for g in gpus:
+        try:
+            served_precision(s.accelerators[g], weight, kv)
+        except ScenarioError as exc:
+            refusals.append(exc)
+    if refusals and len(refusals) == len(gpus):
+        raise refusals[0]
+    w = w.model_copy(update={"weight_dtype": weight, "kv_dtype": kv, "accepted_precisions": None})
+    return s.model_copy(update={"workloads": {**s.workloads, w.id: w}})
 
 
 def catalogue_ids(table: str) -> set[str]:

@@ -24,13 +24,16 @@ from optimizer.base.outputs import (
     save_png,
     terminate_as_interrupt,
 )
+from optimizer.base.precision import default_kv
 from optimizer.base.units import DAYS_PER_YEAR
 from optimizer.cli import arguments as flags
 from optimizer.cli.arguments import Parser
 from optimizer.cli.inputs import (
     CURVE_FLAGS,
+    at_precision,
     calibration_override,
     catalogue_ids,
+    served_precision,
     trace_specs,
     with_catalogue_rows,
 )
@@ -61,8 +64,8 @@ def cmd_curves(args) -> int:
             known = {*getattr(s, table), *catalogue_ids(table)}
             raise ScenarioError(unknown_id_message(kind, value, known), field=f"--{'model' if kind == 'model' else 'gpu'}")
     model, gpu = s.models[args.model], s.accelerators[args.gpu]
-    if args.dtype == "fp8" and gpu.fp8_dense_tflops is None:
-        raise ScenarioError(f"{gpu.id} has no FP8 support; use --dtype bf16", field="--dtype")
+    kv_dtype = args.kv_dtype or default_kv(args.dtype)
+    served_precision(gpu, args.dtype, kv_dtype)
     price = args.price_usd_per_gpu_hour
     if price is None:
         if args.gpu not in s.prices:
@@ -70,14 +73,13 @@ def cmd_curves(args) -> int:
         price = s.prices[args.gpu].ondemand_usd_per_gpu_hour
     try:
         out = operating_table(model, gpu, s.serving, args.isl, args.osl, args.itl_ms, price,
-                              args.dtype, args.kv_dtype or args.dtype, args.ttft_ms)
+                              args.dtype, kv_dtype, args.ttft_ms)
     except ValidationError as exc:  # the workload rules of the YAML, applied to the flags
         from optimizer.scenario import Workload, explain
 
         err = exc.errors()[0]
         flag = CURVE_FLAGS.get(str(err["loc"][0]) if err["loc"] else "", "--isl")
         raise ScenarioError(explain(err, Workload), Origin(flag)) from None
-    kv_dtype = args.kv_dtype or args.dtype
     if args.plot:
         from optimizer.commands.report.curves import plot_curves
 
@@ -125,7 +127,10 @@ def cmd_budget(args) -> int:
         if g not in s.accelerators:
             known = {*s.accelerators, *catalogue_ids("accelerators")}
             raise ScenarioError(unknown_id_message("accelerator", g, known), field="--gpu")
+    for why in filter(None, (s.sites[args.site].hosts(s.accelerators[g]) for g in gpus)):
+        raise ScenarioError(f"{why}; expected an accelerator the site's racks take", field="--gpu")
     rtt = rtt_matrix(build_graph(s, raw.path.parent), s).loc[args.metro, args.site]
+    s = at_precision(s, args.workload, gpus, args.dtype, args.kv_dtype)
     w = s.workloads[args.workload]
     m = s.models[w.model]
     configs = [c for g in gpus for c in workload_configs(w, m, s.accelerators[g], s.serving)]

@@ -134,6 +134,7 @@ class Replica:
     weight_bytes_per_param: float = 2.0
     kv_bytes_per_value: float = 2.0
     activation_bytes_per_value: float = 2.0
+    precision: tuple[str, str] = ("bf16", "bf16")  # (weight, KV) format names, for labels; the bytes above count
 
     @property
     def weight_bytes(self) -> float:

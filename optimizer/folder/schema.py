@@ -30,7 +30,7 @@ class Column:
     high: float | None = None
     empty: bool = False
     choices: tuple[str, ...] | None = None
-    default: float | None = None
+    default: float | str | None = None
 
     def expected(self) -> str:
         if self.choices:
@@ -101,6 +101,8 @@ TABLE_COLUMNS: dict[str, tuple[Column, ...]] = {
         _float("weights_gb_per_gpu", 0, 1e6), _int("max_concurrency", 0, 100_000_000), _float("input_share", 0, 1),
         _float("service_mean_ms", 0, MAX_MS), _float("nic_gb_s", 0, 1e6),
         Column("prefill_batch_tokens", "int", 0, 10_000_000, default=0),
+        # empty in folders written before precisions were a choice: the workload's own
+        *(Column(name, "text", empty=True, default="") for name in ("weight_dtype", "kv_dtype")),
     ),
     "nodes": (
         _text("site"), _text("gpu"), *SLICE, _float("weight_hours", 0, 8784), _int("gpus_in_replicas", 0, MAX_NODES * 72),

@@ -33,8 +33,6 @@ from optimizer.curves.roofline import decode_step_time_s, mixed_step_time_s
 from optimizer.scenario import RawScenario, Scenario
 from optimizer.serving.billing import token_prices
 from optimizer.serving.configs import (
-    BYTES_PER_VALUE,
-    kv_bytes_per_token,
     make_replica,
     parallel_degrees,
     workload_configs,
@@ -98,8 +96,8 @@ def _check_replicas(s: Scenario, raw: RawScenario, wid: str, gpus: list[str]) ->
     w = s.workloads[wid]
     m = s.models[w.model]
     sv = s.serving
-    replicas = [(g, p, make_replica(m, s.accelerators[g], sv, p, w.weight_dtype, w.kv_dtype))
-                for g in gpus for p in parallel_degrees(m, s.accelerators[g], sv)]
+    replicas = [(g, p, make_replica(m, s.accelerators[g], sv, p, weight, kv))
+                for weight, kv in w.precisions for g in gpus for p in parallel_degrees(m, s.accelerators[g], sv)]
     if not replicas:
         domains = ", ".join(f"{g}: {_domain(s, g)} GPUs" for g in gpus)
         raise ScenarioError(
@@ -107,6 +105,11 @@ def _check_replicas(s: Scenario, raw: RawScenario, wid: str, gpus: list[str]) ->
             f"offered accelerator ({domains}), so {w.model} (workload '{wid}') has no replica; expected degrees "
             "no larger than the domain, e.g. [1, 2, 4, 8]",
             raw.origin("serving"), field="tp_degrees")
+    if all(r is None for _, _, r in replicas) and len(w.precisions) > 1:
+        raise ScenarioError(
+            f"none of the offered accelerators ({', '.join(gpus)}) serves any precision workload '{wid}' accepts "
+            f"({', '.join(f'{a}/{b}' for a, b in w.precisions)}); expected a pair such as bf16/bf16 or an accelerator "
+            "whose weight_precisions list the formats", raw.origin("workloads", wid), field="accepted_precisions")
     if all(r is None for _, _, r in replicas):
         raise ScenarioError(
             f"{w.weight_dtype} weights need {w.weight_dtype.upper()} support, which none of the offered accelerators "
@@ -127,8 +130,8 @@ def _check_weights_fit(s: Scenario, raw: RawScenario, wid: str, replicas: list[t
         usable = p * r.hw.hbm_bytes * sv.usable_hbm_fraction
         need = r.weight_bytes + p * sv.workspace_gb_per_gpu * GB
         raise ScenarioError(
-            f"{w.model} fits no offered accelerator: its {w.weight_dtype} weights need {r.weight_bytes / GB:,.1f} GB "
-            f"({m.total_params_b:g} B parameters × {BYTES_PER_VALUE[w.weight_dtype]:g} bytes) + "
+            f"{w.model} fits no offered accelerator: its {r.precision[0]} weights need {r.weight_bytes / GB:,.1f} GB "
+            f"({m.total_params_b:g} B parameters × {r.weight_bytes_per_param:g} bytes) + "
             f"{p * sv.workspace_gb_per_gpu:g} GB workspace = {need / GB:,.1f} GB of HBM, but the largest replica the "
             f"offered accelerators allow, {g} × {p} GPUs, has {usable / GB:,.1f} GB usable "
             f"({p} GPUs × {r.hw.hbm_bytes / GB:,.1f} GB [{a.hbm_gb:g} GiB] × {sv.usable_hbm_fraction:g}); "
@@ -141,16 +144,14 @@ def _check_itl_floor(s: Scenario, raw: RawScenario, wid: str, fitting: list[tupl
     """An error if one request's KV fits no replica, or if the ITL objective is below the
     fastest p99 inter-token gap (batch 1) of the allowed modes."""
     w = s.workloads[wid]
-    m = s.models[w.model]
     sv = s.serving
     origin = raw.origin("workloads", wid)
-    kv = kv_bytes_per_token(w, m)
     context = w.isl_mean_tokens + w.osl_mean_tokens / 2.0
     full = w.isl_mean_tokens + w.osl_mean_tokens
     floors: list[tuple[float, str]] = []
     best_budget = max(fitting, key=lambda x: kv_budget_bytes(x[2]) / kv_replication(x[2].model, x[1]))
     for g, p, r in fitting:
-        per_request = kv * kv_replication(r.model, p) * full
+        per_request = r.kv_bytes_per_token * kv_replication(r.model, p) * full
         if kv_budget_bytes(r) < per_request:
             continue
         if "disaggregated" in sv.modes:
@@ -163,7 +164,7 @@ def _check_itl_floor(s: Scenario, raw: RawScenario, wid: str, fitting: list[tupl
                            f"{g} × {p} GPUs, colocated at batch 1 with a {min(sv.colocated_chunk_tokens)}-token chunk"))
     if not floors:
         g, p, r = best_budget
-        per_request = kv * kv_replication(r.model, p) * full
+        per_request = r.kv_bytes_per_token * kv_replication(r.model, p) * full
         raise ScenarioError(
             f"one request of {full:g} tokens (isl_mean_tokens + osl_mean_tokens) needs {per_request / GB:,.2f} GB of KV "
             f"cache, more than the {kv_budget_bytes(r) / GB:,.2f} GB any offered replica has left beside the weights "

@@ -102,7 +102,7 @@ class Predictor:
             s = self.s
             w = s.workloads[c.workload]
             m = s.models[w.model]
-            r = make_replica(m, s.accelerators[c.gpu], s.serving, c.gpus, w.weight_dtype, w.kv_dtype)
+            r = make_replica(m, s.accelerators[c.gpu], s.serving, c.gpus, c.weight_dtype, c.kv_dtype)
             isl = LengthDistribution(w.isl_mean_tokens, w.isl_p99_tokens, m.max_context)
             osl = LengthDistribution(w.osl_mean_tokens, w.osl_p99_tokens, m.max_context)
             context, spread = inflight_context(w.isl_mean_tokens, isl.sigma, osl.mu, osl.sigma)

@@ -8,7 +8,18 @@ from typing import Literal
 from pydantic import Field, create_model, field_validator, model_validator
 
 from optimizer.base.contracts import TERMS
+from optimizer.base.precision import KV_FORMATS, WEIGHT_FORMATS
 from optimizer.scenario.fields import MAX_P99_OVER_MEAN, Catalogued, bounded, fraction_before, latency_ms_check
+
+WeightFormat = Literal[WEIGHT_FORMATS]
+KvFormat = Literal[KV_FORMATS]
+
+
+def split_cell(value):
+    """A CSV cell of a list field: values separated by semicolons (commas also accepted)."""
+    if isinstance(value, str):
+        value = [v.strip() for v in value.replace(",", ";").split(";") if v.strip()] or None
+    return value
 
 
 class Accelerator(Catalogued):
@@ -29,6 +40,31 @@ class Accelerator(Catalogued):
                                   why="NVLink 5 is 1,800 GB/s")
     nic_gbps_per_gpu: float = bounded(ge=1, le=100_000, unit="Gb/s", description="scale-out NIC bandwidth per GPU",
                                       why="today's NICs run at 400–800 Gb/s")
+    fp4_dense_tflops: float | None = bounded(None, ge=1, le=1_000_000, unit="TFLOPS",
+                                             description="dense FP4 tensor rate; empty where the part has no FP4 "
+                                                         "tensor cores (4-bit weights are then weight-only)",
+                                             why="a B200 is 9,000 dense")
+    weight_precisions: list[WeightFormat] | None = Field(
+        None, description="weight formats engines serve on this part (semicolon separated in CSV); empty: bf16, and "
+                          "fp8 where fp8_dense_tflops is given")
+    liquid_cooling_required: bool = Field(False, description="a node cannot be air-cooled (direct liquid cooling)")
+    node_is_rack: bool = Field(False, description="a node is a whole rack, bought, powered and rented as one unit "
+                                                  "(GB200/GB300 NVL72: 72 GPUs)")
+
+    _split = field_validator("weight_precisions", mode="before")(split_cell)
+
+    @property
+    def precisions(self) -> tuple[str, ...]:
+        """The weight formats this part serves (`weight_precisions`, or its default)."""
+        if self.weight_precisions:
+            return tuple(self.weight_precisions)
+        return ("bf16", "fp8") if self.fp8_dense_tflops else ("bf16",)
+
+    def kv_precisions(self) -> tuple[str, ...]:
+        """KV formats: bf16 and fp8 on every part (FP8 KV is stored, not computed in), NVFP4
+        where the part serves NVFP4 natively (TensorRT-LLM's NVFP4 KV is Blackwell-only)."""
+        native_nvfp4 = "nvfp4" in self.precisions and self.fp4_dense_tflops is not None
+        return ("bf16", "fp8", "nvfp4") if native_nvfp4 else ("bf16", "fp8")
 
 
 class Model(Catalogued):
@@ -115,6 +151,21 @@ class Site(Place):
     energy_usd_per_mwh: float = bounded(ge=0, le=10_000, unit="US$/MWh", why="market price caps are ~$5,000")
     colo_usd_per_kw_month: float = bounded(ge=0, le=10_000, unit="US$/kW-month", why="primary markets ask $120–450")
     price_multiplier: float = bounded(1.0, ge=0.01, le=100, description="this site's GPU prices × this")
+    rack_kw_max: float = bounded(40.0, ge=1, le=10_000, unit="kW per rack",
+                                 description="IT power one rack position can take; default 40 (assumed: the limit "
+                                             "of air halls with rear-door heat exchangers)",
+                                 why="air-cooled halls run 10–40 kW, liquid-cooled AI halls 120–200 kW")
+    liquid_cooling: bool = Field(False, description="direct liquid cooling to the rack; default no (assumed)")
+
+    def hosts(self, a: "Accelerator") -> str | None:
+        """Why this site cannot host one node of ``a`` (its power and cooling), None if it can."""
+        unit = f"one {a.id} node{' (a rack of ' + str(a.gpus_per_node) + ' GPUs)' if a.node_is_rack else ''}"
+        if a.node_kw > self.rack_kw_max:
+            return (f"{unit} draws {a.node_kw:g} kW but site '{self.id}' takes at most {self.rack_kw_max:g} kW per "
+                    "rack (rack_kw_max)")
+        if a.liquid_cooling_required and not self.liquid_cooling:
+            return f"{unit} needs direct liquid cooling, which site '{self.id}' lacks (liquid_cooling)"
+        return None
 
 
 class GridCarbon(Catalogued):
@@ -162,8 +213,11 @@ class Workload(Catalogued):
 
     id: str
     model: str
-    weight_dtype: Literal["bf16", "fp8"] = "bf16"
-    kv_dtype: Literal["bf16", "fp8"] = "bf16"
+    weight_dtype: WeightFormat = "bf16"
+    kv_dtype: KvFormat = "bf16"
+    accepted_precisions: list[str] | None = Field(
+        None, description="weight/KV precision pairs the workload may be served at, e.g. fp8/fp8;nvfp4/fp8 (semicolon "
+                          "separated in CSV); the plan picks among them; default: weight_dtype/kv_dtype only")
     isl_mean_tokens: float = bounded(ge=1, le=10_000_000, unit="tokens", why="the longest context windows")
     isl_p99_tokens: float = bounded(ge=1, le=10_000_000, unit="tokens", why="the longest context windows")
     osl_mean_tokens: float = bounded(ge=1, le=10_000_000, unit="tokens", why="the longest context windows")
@@ -183,6 +237,27 @@ class Workload(Catalogued):
     rationale: str | None = None
 
     _frac = field_validator("prompt_cache_hit_rate", "slo_attainment", mode="before")(fraction_before)
+    _pairs = field_validator("accepted_precisions", mode="before")(split_cell)
+
+    @field_validator("accepted_precisions")
+    @classmethod
+    def _known_pairs(cls, value):
+        for pair in value or []:
+            weight, _, kv = pair.partition("/")
+            if weight not in WEIGHT_FORMATS or kv not in KV_FORMATS:
+                raise ValueError(f"expected WEIGHT/KV pairs with WEIGHT one of {', '.join(WEIGHT_FORMATS)} and KV one "
+                                 f"of {', '.join(KV_FORMATS)}, got {pair!r}")
+        return value
+
+    @property
+    def precisions(self) -> list[tuple[str, str]]:
+        """The (weight, KV) precisions this workload accepts, its own first."""
+        pairs = [(self.weight_dtype, self.kv_dtype)]
+        for pair in self.accepted_precisions or []:
+            weight, _, kv = pair.partition("/")
+            if (weight, kv) not in pairs:
+                pairs.append((weight, kv))
+        return pairs
     _ms = field_validator("ttft_p99_ms", "itl_p99_ms", mode="before")(latency_ms_check)
 
     @model_validator(mode="after")

@@ -24,6 +24,7 @@ from optimizer.scenario.catalogue import Supply
 from optimizer.scenario.fields import accepted
 from optimizer.scenario.model import Scenario
 from optimizer.scenario.overrides import is_number
+from optimizer.scenario.racks import hostable_supply
 from optimizer.scenario.raw import RawScenario
 from optimizer.scenario.sections import DemandRow, MixRow
 from optimizer.scenario.tables import SECTIONS, TABLES
@@ -162,6 +163,7 @@ def _validate(raw: RawScenario) -> Scenario:
             }
         else:
             tables[name] = {k: validate_row(spec.model, row, raw.origin(name, k)) for k, row in d[name].items()}
+    tables["supply"] = hostable_supply(tables["supply"], tables["sites"], tables["accelerators"], raw)
     for name, spec in TABLES.items():  # a row's key fields are its place in the table (--set can break that)
         rows = [((s, g), r) for s, per in tables[name].items() for g, r in per.items()] if name == "supply" else \
             [((k,), r) for k, r in tables[name].items()]

@@ -13,7 +13,10 @@ Rules (reasons in the README's "Modelling choices"):
 - a dedicated prefill replica serves one prompt at a time or, for each budget B in
   `Serving.prefill_batch_tokens`, packs the waiting prompts into passes of up to B new
   tokens (`optimizer.curves.prefill_batch`); the configs compete like any others;
-- the p99 prompt is assumed a cache miss unless nearly every request hits.
+- the p99 prompt is assumed a cache miss unless nearly every request hits;
+- every (weight, KV) precision the workload accepts (`Workload.precisions`) and the part serves
+  (`Accelerator.precisions`, `kv_precisions`) gives configs of its own, at the bytes and matmul
+  rate of `optimizer.base.precision`; a precision other than the workload's own tags the id.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from optimizer.base.precision import bytes_per_value, matmul_flops, runs_natively
 from optimizer.base.units import MS_PER_S, Role
 from optimizer.curves.batching import decode_operating_point
 from optimizer.curves.cache import cache_kv_share, p99_cached_tokens
@@ -42,7 +46,6 @@ from optimizer.curves.speculative import (
 from optimizer.curves.transfer import replica_nic_bytes_per_s
 from optimizer.scenario import Accelerator, Model, Scenario, Serving, Workload
 
-BYTES_PER_VALUE = {"bf16": 2.0, "fp8": 1.0}
 MIN_BATCH_PROMPTS = 1.5  # a batching budget whose full pass holds fewer prompts on average gains too little
 
 
@@ -65,9 +68,11 @@ def model_shape(m: Model) -> ModelShape:
 
 
 def hardware(a: Accelerator, dtype: str) -> Hardware | None:
-    """The accelerator at a compute precision; None where it lacks that precision (A100 FP8)."""
-    tflops = a.fp8_dense_tflops if dtype == "fp8" else a.bf16_dense_tflops
-    if tflops is None:
+    """The accelerator serving weights in format ``dtype`` (`optimizer.base.precision`: the
+    matmul rate that format runs at there); None where the part does not serve it (A100 FP8,
+    NVFP4 before Blackwell)."""
+    tflops = matmul_flops(dtype, a.bf16_dense_tflops, a.fp8_dense_tflops, a.fp4_dense_tflops)
+    if tflops is None or dtype not in a.precisions:
         return None
     return Hardware(
         dense_flops_per_s=tflops * 1e12,
@@ -120,10 +125,22 @@ def efficiency(s: Serving, accelerator: str = "*", dtype: str = "bf16") -> Effic
     )
 
 
-def kv_bytes_per_token(w: Workload, m: Model) -> float:
-    """KV bytes per token of the workload's model at its KV precision."""
+def kv_bytes_per_token(w: Workload, m: Model, kv_dtype: str | None = None) -> float:
+    """KV bytes per token of the workload's model at ``kv_dtype``; by default at the largest KV
+    precision the workload accepts — what a prefill-to-decode hand-off is sized for, as the two
+    pools may run different precisions (the KV converted on arrival)."""
     shape = model_shape(m)
-    return shape.layers * shape.kv_values_per_token_per_layer * BYTES_PER_VALUE[w.kv_dtype]
+    beta = bytes_per_value(kv_dtype) if kv_dtype else max(bytes_per_value(kv) for _, kv in w.precisions)
+    return shape.layers * shape.kv_values_per_token_per_layer * beta
+
+
+def calibration_dtype(a: Accelerator, weight_dtype: str) -> str:
+    """The calibration rows (fitted at bf16 and fp8) a precision runs with: a format the part
+    computes in natively below 16 bits takes the fp8 rows, a weight-only (dequantised) one the
+    bf16 rows."""
+    if weight_dtype == "bf16" or not runs_natively(weight_dtype, a.fp4_dense_tflops):
+        return "bf16"
+    return "fp8"
 
 
 def parallel_degrees(m: Model, a: Accelerator, s: Serving) -> list[int]:
@@ -139,14 +156,20 @@ def parallel_degrees(m: Model, a: Accelerator, s: Serving) -> list[int]:
 
 
 def make_replica(m: Model, a: Accelerator, s: Serving, gpus: int, weight_dtype: str, kv_dtype: str) -> Replica | None:
+    """A replica at weight and KV precisions; None where the part serves either not."""
     hw = hardware(a, weight_dtype)
-    if hw is None:
+    if hw is None or kv_dtype not in a.kv_precisions():
         return None
     return Replica(
-        model_shape(m), hw, efficiency(s, a.id, weight_dtype), gpus,
-        weight_bytes_per_param=BYTES_PER_VALUE[weight_dtype],
-        kv_bytes_per_value=BYTES_PER_VALUE[kv_dtype],
+        model_shape(m), hw, efficiency(s, a.id, calibration_dtype(a, weight_dtype)), gpus,
+        weight_bytes_per_param=bytes_per_value(weight_dtype),
+        kv_bytes_per_value=bytes_per_value(kv_dtype), precision=(weight_dtype, kv_dtype),
     )
+
+
+def precision_tag(w: Workload, weight_dtype: str, kv_dtype: str) -> str:
+    """What a config id adds for a precision other than the workload's own: ``:WEIGHT-KV``."""
+    return "" if (weight_dtype, kv_dtype) == (w.weight_dtype, w.kv_dtype) else f":{weight_dtype}-{kv_dtype}"
 
 
 @dataclass(frozen=True)
@@ -178,6 +201,8 @@ class ServingConfig:
     prefill_batch_tokens: int = 0  # prefill: 0 one prompt at a time, else the new-token budget of a pass
     batch_prompts: float = 1.0  # batched prefill: mean prompts in a full pass (k_B)
     batch_pass_ms: float = 0.0  # batched prefill: time of a full pass (S_B)
+    weight_dtype: str = "bf16"  # the precision this config serves at (`optimizer.base.precision`)
+    kv_dtype: str = "bf16"
 
     def batching(self) -> dict:
         """The batching arguments of `optimizer.curves.queueing`'s wait and capacity functions."""
@@ -202,7 +227,9 @@ def _lengths(w: Workload, m: Model):
 
 def _base(w: Workload, a: Accelerator, r: Replica, role: str, tag: str, s: Serving) -> dict:
     return dict(
-        id=f"{w.id}/{a.id}/x{r.gpus}/{tag}",
+        id=f"{w.id}/{a.id}/x{r.gpus}/{tag}{precision_tag(w, *r.precision)}",
+        weight_dtype=r.precision[0],
+        kv_dtype=r.precision[1],
         workload=w.id,
         gpu=a.id,
         gpus=r.gpus,
@@ -370,6 +397,16 @@ def colocated_at(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving, 
     )
 
 
+def config_precision(c, w: Workload) -> tuple[str, str]:
+    """(weight, KV) precision of a config or a curves.csv row (one written before precisions were
+    a choice has none: the workload's)."""
+    get = (lambda k: getattr(c, k, None)) if isinstance(c, ServingConfig) else (lambda k: c.get(k))
+    weight, kv = get("weight_dtype"), get("kv_dtype")
+    if not isinstance(weight, str) or not isinstance(kv, str) or not weight or not kv:
+        return w.weight_dtype, w.kv_dtype
+    return weight, kv
+
+
 def config_at(c, s: Scenario) -> ServingConfig | None:
     """A plan's config ``c`` (a `ServingConfig` or a curves.csv row: workload, gpu, gpus,
     role, batch, chunk_tokens, speculative, speed, prefill_batch_tokens) evaluated under scenario ``s`` with its
@@ -379,7 +416,7 @@ def config_at(c, s: Scenario) -> ServingConfig | None:
     get = (lambda k: getattr(c, k)) if isinstance(c, ServingConfig) else (lambda k: c[k])
     w = s.workloads[get("workload")]
     m, a = s.models[w.model], s.accelerators[get("gpu")]
-    r = make_replica(m, a, s.serving, int(get("gpus")), w.weight_dtype, w.kv_dtype)
+    r = make_replica(m, a, s.serving, int(get("gpus")), *config_precision(c, w))
     if r is None or kv_budget_bytes(r) <= 0:
         return None
     role = get("role")
@@ -395,10 +432,11 @@ def config_at(c, s: Scenario) -> ServingConfig | None:
 
 
 def workload_configs(w: Workload, m: Model, a: Accelerator, s: Serving) -> list[ServingConfig]:
-    """Every admissible config of workload ``w`` on accelerator ``a``."""
+    """Every admissible config of workload ``w`` on accelerator ``a``, at each precision the
+    workload accepts and the part serves (`Workload.precisions`)."""
     out: list[ServingConfig] = []
-    for gpus in parallel_degrees(m, a, s):
-        r = make_replica(m, a, s, gpus, w.weight_dtype, w.kv_dtype)
+    for gpus, (weight, kv) in ((g, p) for p in w.precisions for g in parallel_degrees(m, a, s)):
+        r = make_replica(m, a, s, gpus, weight, kv)
         if r is None or kv_budget_bytes(r) <= 0:
             continue
         if "disaggregated" in s.modes:
@@ -416,8 +454,8 @@ def decode_floor_ms(w: Workload, m: Model, a: Accelerator, s: Serving) -> float:
     """Lowest p99 inter-token gap any replica of ``m`` on ``a`` can reach (batch 1): used to
     say by how much an ITL objective is out of reach."""
     best = math.inf
-    for gpus in parallel_degrees(m, a, s):
-        r = make_replica(m, a, s, gpus, w.weight_dtype, w.kv_dtype)
+    for gpus, (weight, kv) in ((g, p) for p in w.precisions for g in parallel_degrees(m, a, s)):
+        r = make_replica(m, a, s, gpus, weight, kv)
         if r is None or kv_budget_bytes(r) <= 0:
             continue
         best = min(best, s.itl_tail_factor * float(decode_step_time_s(r, 1.0, w.isl_mean_tokens + w.osl_mean_tokens / 2)) * MS_PER_S)

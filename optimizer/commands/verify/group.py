@@ -36,7 +36,7 @@ from optimizer.curves.prefill_batch import pass_time_s
 from optimizer.curves.roofline import prefill_time_s
 from optimizer.curves.speculative import expected_tokens_per_step
 from optimizer.results.latency import flow_shares
-from optimizer.serving.configs import kv_bytes_per_token, make_replica
+from optimizer.serving.configs import config_precision, kv_bytes_per_token, make_replica
 
 # ITL histogram: bin 0 holds zero gaps (tokens of one speculative step after its first);
 # bin i ≥ 1 holds gaps in [G0·R^(i−1), G0·R^i) ms — quantiles are read to within 0.1 %.
@@ -123,7 +123,7 @@ class PlanModel:
             c = self.curves[cid]
             w = self.s.workloads[c["workload"]]
             r = make_replica(self.s.models[w.model], self.s.accelerators[c["gpu"]], self.s.serving, int(c["gpus"]),
-                             w.weight_dtype, w.kv_dtype)
+                             *config_precision(c, w))
             self._cache[("r", cid)] = r
         return self._cache[("r", cid)]
 
