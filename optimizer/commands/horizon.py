@@ -26,7 +26,7 @@ import pandas as pd
 
 from optimizer.base.contracts import TERM
 from optimizer.base.units import HOURS_PER_YEAR
-from optimizer.commands.pipeline import plan_instance, settings_from
+from optimizer.commands.pipeline import fleet_of, plan_instance, settings_from
 from optimizer.geography.network import build_graph, rtt_matrix
 from optimizer.instance.build import Instance, build_instance
 from optimizer.instance.checks import preflight
@@ -77,6 +77,14 @@ def plan_horizon(s: Scenario, raw: RawScenario, settings: SolverSettings, *, pro
             for (k, site, g, term), v in sorted(joint.signed.items()) if term != "reserved-1y" and round(v) > 0]
     one_year = {"reserved_terms": ["1y"] if "1y" in s.policy.reserved_terms else [], "allow_owned": False}
     together = _year_by_year(s, raw, paths, settings, "together", long, one_year, say, allow_unserved)
+    longer = lengthen(s, together, [signing_rates(inst) for inst in insts])
+    if longer != long:  # one-year contracts renewed for a term's length are cheaper as that term
+        say(f"{sum(x.nodes for x in longer) - sum(x.nodes for x in long)} node-terms of one-year contracts renewed "
+            "year after year are cheaper as longer terms: the years made whole again on them")
+        again = _year_by_year(s, raw, paths, settings, "together", longer, one_year, say, allow_unserved)
+        rate, end = s.years.discount_rate, s.years.end_value
+        if again.present_cost_usd(rate, end) < together.present_cost_usd(rate, end):
+            together = again
     myopic = _year_by_year(s, raw, paths, settings, "myopic", [], None, say, allow_unserved)
     rate, end = s.years.discount_rate, s.years.end_value
     pv = {p.method: p.present_cost_usd(rate, end) for p in (together, myopic)}
@@ -104,13 +112,16 @@ def _instance(s: Scenario, raw: RawScenario, paths: dict, k: int, fleet: list[di
 def _year_by_year(s: Scenario, raw: RawScenario, paths: dict, settings: SolverSettings, method: str,
                   long: list[Signing], policy: dict | None, say, allow_unserved: bool) -> YearsPlan:
     """Each year made whole on the fleet it has by then (module docstring, 2 and 3)."""
-    out = YearsPlan(method, [], list(long), [], [])
+    out = YearsPlan(method, [], list(long), [], [], given=list(long))
     carried = [r.model_dump(exclude_none=True) for r in s.fleet.contracts]
+    previous = _first_fleet(s) if churn_limited(s) else None
     for k in range(s.horizon.years):
         rows = carried + [fleet_row(s, x) for x in long if x.year == k]
-        ys, yraw = year_scenario(raw, year_overrides(s, k, paths, s.years.price_scenario, rows, policy))
+        unlimited = ["churn={}"] if churn_limited(s) and previous is None else []  # nothing to move from yet
+        ys, yraw = year_scenario(raw, year_overrides(s, k, paths, s.years.price_scenario, rows, policy) + unlimited)
         say(f"year {k + 1} ({method}): {ys.horizon.start}, fleet of {sum(r['nodes'] for r in rows)} nodes")
-        plan, inst = plan_instance(ys, yraw, settings, allow_unserved=allow_unserved)
+        plan, inst = plan_instance(ys, yraw, settings, allow_unserved=allow_unserved, previous=previous)
+        previous = fleet_of(plan) if churn_limited(s) else None
         own = own_signings(s, plan, inst, k)
         fleet = plan.summary.get("fleet") or {}
         gone = [{"site": r["site"], "gpu": r["gpu"], "nodes": r["retired_nodes"]}
@@ -122,6 +133,62 @@ def _year_by_year(s: Scenario, raw: RawScenario, paths: dict, settings: SolverSe
         out.signings += own
         carried = retire(rows, gone) + [fleet_row(s, x) for x in own]
     return out
+
+
+def signing_rates(inst: Instance) -> dict:
+    """(site, gpu, term) → $/node-hour a signing of the year commits to, for every term it offers."""
+    return {(site, g, term): price.signed for (site, g), c in inst.contracts.items()
+            for term, price in c.committed.items() if not TERM[term].existing}
+
+
+def lengthen(s: Scenario, plan: YearsPlan, rates: list[dict]) -> list[Signing]:
+    """The plan's long signings, plus one-year contracts a year plan signed again and again at
+    one (site, accelerator) turned into a longer term where its present cost is lower:
+
+        m = min_{j ∈ window} one-year nodes signed in year j,   window = k … min(k + L, K) − 1
+        signed as term L in year k when PV(L-term from k) < Σ_{j ∈ window} PV(one year in j)
+
+    (operations unchanged: the same nodes run in the same years; ``rates``: each year's
+`signing_rates` with every term the scenario allows). Earliest windows first."""
+    rate, end, years = s.years.discount_rate, s.years.end_value, len(plan.plans)
+    one = {}
+    for x in plan.signings:
+        if x.term == "reserved-1y":
+            one[(x.year, x.site, x.gpu)] = one.get((x.year, x.site, x.gpu), 0) + x.nodes
+    out = list(plan.given)
+    for term in [t for t in TERM_YEARS if t != "reserved-1y"]:
+        for (site, g) in sorted({(st, gg) for _, st, gg in one}):
+            for k in range(years):
+                window = range(k, min(k + TERM_YEARS[term], years))
+                m = min(one.get((j, site, g), 0) for j in window)
+                long_rate = rates[k].get((site, g, term))
+                if m <= 0 or long_rate is None:
+                    continue
+                longer = Signing(k, site, g, term, 1, long_rate, TERM_YEARS[term]).present_cost_usd(rate, years, end)
+                short = sum(Signing(j, site, g, "reserved-1y", 1, rates[j][(site, g, "reserved-1y")], 1)
+                            .present_cost_usd(rate, years, end) for j in window)
+                if longer < short - 1e-6:
+                    out.append(Signing(k, site, g, term, m, long_rate, TERM_YEARS[term]))
+                    for j in window:
+                        one[(j, site, g)] -= m
+    return sorted(out, key=lambda x: (x.year, x.site, x.gpu, x.term))
+
+
+def churn_limited(s: Scenario) -> bool:
+    """Whether the scenario limits churn: each year then keeps the limits against the year before."""
+    c = s.churn
+    return any(v is not None for v in (c.growth_factor, c.growth_nodes, c.max_removed_nodes, c.max_changes))
+
+
+def _first_fleet(s: Scenario) -> tuple[dict, dict] | None:
+    """What year 1 moves from: the fleet the company has (its committed nodes), or nothing."""
+    if not s.fleet.contracts:
+        return None
+    committed: dict = {}
+    for r in s.fleet.contracts:
+        if r.contract == "owned" or (r.contract == "reserved" and r.end >= s.horizon.start):
+            committed[(r.site, r.gpu)] = committed.get((r.site, r.gpu), 0) + r.nodes
+    return committed, {}
 
 
 def own_signings(s: Scenario, plan, inst: Instance, k: int) -> list[Signing]:

@@ -90,7 +90,12 @@ def recorded_scenario(plan_dir: str | Path) -> RawScenario:
 def previous_fleet(plan_dir: str | Path) -> tuple[dict, dict]:
     """A plan folder's fleet: (committed nodes, on-demand peak nodes) per (site, gpu), from its
     procurement.csv."""
-    proc = read_plan(plan_dir).tables["procurement"]
+    return fleet_of(read_plan(plan_dir))
+
+
+def fleet_of(plan: Plan) -> tuple[dict, dict]:
+    """A plan's fleet: (committed nodes, on-demand peak nodes) per (site, gpu)."""
+    proc = plan.tables["procurement"]
     proc = proc[proc["site"] != "*"]
     committed = {(r.site, r.gpu): int(r.reserved_nodes) for r in proc.itertuples() if r.reserved_nodes}
     ondemand = {(r.site, r.gpu): int(r.ondemand_nodes_peak) for r in proc.itertuples() if r.ondemand_nodes_peak}

@@ -63,6 +63,7 @@ class YearsPlan:
     expired: list[list[dict]]  # per year: reserved nodes up for renewal at its start
     retired: list[list[dict]]  # per year: owned nodes retired
     own_rent_usd: list[float] = field(default_factory=list)  # per year: one year of its plan's own signings
+    given: list[Signing] = field(default_factory=list)  # the long signings it was made on (the joint program's)
 
     def operating_usd(self, k: int) -> float:
         return self.plans[k].summary["total_cost_usd"] - self.own_rent_usd[k]
