@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from instances import TINY, brute_force, tiny_instance
 
 from optimizer.base.errors import ScenarioError
 from optimizer.base.precision import bytes_per_value, default_kv
@@ -19,7 +20,6 @@ from optimizer.curves.memory import kv_budget_bytes
 from optimizer.scenario import load_scenario
 from optimizer.serving.configs import hardware, make_replica, workload_configs
 from optimizer.solve import SolverSettings, solve
-from tests.instances import TINY, brute_force, tiny_instance
 
 NEW_GPUS = "accelerators=[h100-sxm, h200-sxm, b200, mi300x, l40s, b300, gb200-nvl72, gb300-nvl72, mi355x]"
 

@@ -131,6 +131,7 @@ def test_two_years_against_the_brute_force_optimum():
     plan = make_horizon_plan(TINY, sets, exact=True)
     cost = plan.summary["present_cost_usd"]
     assert cost == pytest.approx(optimum, rel=1e-6)
+    assert plan.summary["bound_present_cost_usd"] <= optimum * (1 + 1e-9)
 
 
 def test_the_multi_year_folder_is_read_by_verify_and_compare(tmp_path, capsys):

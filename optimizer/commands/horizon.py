@@ -72,6 +72,9 @@ def plan_horizon(s: Scenario, raw: RawScenario, settings: SolverSettings, *, pro
     joint_s = time.perf_counter() - t
     say(f"  {joint.columns:,} columns, {joint.rows:,} rows: {joint.status}, ${joint.objective_usd:,.0f} "
         f"present cost as a linear plan ({joint_s:.1f} s)")
+    lower = joint_signings(insts, lengths, s.years.discount_rate, s.years.end_value, threads=settings.threads,
+                           bound=True)
+    say(f"  bound: ${lower.objective_usd:,.0f} present cost (every pool priced at its largest size's capacity)")
     long = [Signing(k, site, g, term, round(v), insts[k].contracts[(site, g)].committed[term].signed,
                     lengths[(site, g, term)])
             for (k, site, g, term), v in sorted(joint.signed.items()) if term != "reserved-1y" and round(v) > 0]
@@ -95,6 +98,8 @@ def plan_horizon(s: Scenario, raw: RawScenario, settings: SolverSettings, *, pro
                          ignore_index=True)
     prices = price_table(s, paths, together, myopic)
     summary = _summary(s, raw, settings, chosen, pv, joint, joint_s, prices, time.perf_counter() - started)
+    summary["bound_present_cost_usd"] = lower.objective_usd
+    summary["gap"] = max(0.0, 1 - lower.objective_usd / summary["present_cost_usd"]) if summary["present_cost_usd"] else 0.0
     return HorizonPlan(summary, chosen.plans, schedule, years_table(chosen, together, myopic, starts, demand, rate),
                        prices, raw.data, raw.files())
 

@@ -17,6 +17,9 @@ def horizon_text(plan: HorizonPlan, out: Path) -> str:
              f"  present cost ${sm['present_cost_usd']:,.0f} (the schedule {_method(sm['method'])}); committed beyond "
              f"the horizon ${sm['committed_beyond_horizon_usd']:,.0f} (" + (
                  "counted in full)" if sm["end_value"] == "full" else "not counted: prorated)")]
+    if sm.get("bound_present_cost_usd") is not None:
+        lines.append(f"  within {100 * sm['gap']:.2f} % of the best bound (${sm['bound_present_cost_usd']:,.0f}: the "
+                     "years' linear program with every pool at its largest size's capacity)")
     saving = sm["together_saves_usd"]
     lines.append(f"  planning the years together: ${sm['together_present_cost_usd']:,.0f}; year by year (myopic): "
                  f"${sm['myopic_present_cost_usd']:,.0f} — " + (

@@ -18,7 +18,8 @@ depreciation life for owned nodes (their TCO rate is a rent over their life). Th
 company already has is in each year's program as its existing terms (`instance.fleet`).
 
 The answer is continuous (a planning estimate, not a bound: pools are priced at a guess of
-their size); `optimizer.commands.horizon` makes it whole year by year.
+their size); `optimizer.commands.horizon` makes it whole year by year. Priced at each pool's
+largest size instead (``bound``), its optimum bounds every schedule's present cost from below.
 """
 
 from __future__ import annotations
@@ -77,14 +78,17 @@ def _append(joint: LinearProgram, lp: LinearProgram, cost: np.ndarray) -> tuple[
 
 
 def joint_signings(insts: list[Instance], term_years: dict[tuple[str, str, str], int], rate: float, end_value: str,
-                   seconds: float = 3600.0, threads: int | None = None) -> Joint:
-    """Solve the years together (module docstring); ``term_years[(site, gpu, term)]``: L_τ."""
+                   seconds: float = 3600.0, threads: int | None = None, bound: bool = False) -> Joint:
+    """Solve the years together (module docstring); ``term_years[(site, gpu, term)]``: L_τ.
+    ``bound``: each pool priced at its largest size's capacity instead (as the one-year
+    master's bound step): the optimum is then a lower bound on the present cost of any
+    schedule, costed as `optimizer.results.horizon` costs them."""
     years = len(insts)
     joint = LinearProgram()
     committed_at: dict[tuple[int, str, str, str], int] = {}
     for k, inst in enumerate(insts):
-        _, guess = pool_sizes(inst)
-        lp, _ = build_program(inst, mode=Mode.plan_master(gpus_per_rps=at_sizes(inst, guess)))
+        largest, guess = pool_sizes(inst)
+        lp, _ = build_program(inst, mode=Mode.plan_master(gpus_per_rps=at_sizes(inst, largest if bound else guess)))
         cost = lp.cost_vector() * (1 + rate) ** -k
         for (s, g, term), col in committed_columns(lp).items():
             if not TERM[term].existing:  # what the signing commits to is paid there; the rest (energy, colo) here

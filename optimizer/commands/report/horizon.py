@@ -45,7 +45,9 @@ def _summary_html(sm: dict) -> str:
             f"{esc(verdict)}. Committed beyond the horizon: {esc(f.usd(sm['committed_beyond_horizon_usd']))} "
             f"({'counted in full' if sm['end_value'] == 'full' else 'not counted'}). The joint linear program "
             f"({sm['joint_program']['columns']:,} columns, {sm['joint_program']['rows']:,} rows) estimated "
-            f"{esc(f.usd(sm['joint_program']['linear_present_cost_usd']))}; the figures here are the whole plans'.</p>")
+            f"{esc(f.usd(sm['joint_program']['linear_present_cost_usd']))}; the figures here are the whole plans'. "
+            f"Best bound {esc(f.usd(sm.get('bound_present_cost_usd')))}: the plan is within "
+            f"{esc(f.pct(sm.get('gap')))} of it.</p>")
 
 
 def _schedule_html(schedule: pd.DataFrame, method: str) -> str:
