@@ -14,6 +14,7 @@ from optimizer.base.contracts import COST_COLUMNS
 from optimizer.base.units import HOURS_PER_YEAR, KG_PER_TONNE, SECONDS_PER_HOUR
 from optimizer.curves.economics import cost_per_million_tokens_usd
 from optimizer.instance.build import Instance
+from optimizer.results.spot import spot_summary
 from optimizer.scenario import RawScenario, Scenario
 from optimizer.serving.billing import token_billing
 from optimizer.solve import SolveResult, SolverSettings
@@ -95,6 +96,7 @@ def plan_summary(s: Scenario, raw: RawScenario, inst: Instance, result: SolveRes
         "predicted_itl_attainment": _attainment(tables["slo"], tables["routing"], "itl"),
         "carbon": carbon_summary(s, inst, proc, annual_tokens),
         "gpus_by_type_peak": gpus_by_type_peak(inst, sol),
+        **({"spot": spot} if (spot := spot_summary(s, inst, sol, proc)) else {}),
         "baseline_cost_usd": base.total_cost_usd,
         "baseline_gpu_by_workload": base.gpu_by_workload,
         "baseline_cost_usd_by_workload": base.cost_usd_by_workload,

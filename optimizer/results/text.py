@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from optimizer.results.spot import spot_line
+
 
 def text_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
     """Fixed-width text table; columns are (key, header, format)."""
@@ -57,6 +59,7 @@ def plan_text(sm: dict, out) -> str:
         f"{100 * sm['average_utilization']:.0f} %, unserved {100 * sm['unserved_fraction']:.3f} %",
         "  GPUs at peak: " + ", ".join(f"{g} {n:,}" for g, n in sm["gpus_by_type_peak"].items()),
         *_carbon_lines(sm.get("carbon")),
+        *spot_line(sm.get("spot")),
     ]
     lines += _robust_lines(sm)
     lines += _baseline_lines(sm)

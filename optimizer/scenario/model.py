@@ -7,6 +7,7 @@ from pydantic import Field
 from optimizer.scenario.catalogue import Accelerator, GridCarbon, Metro, Model, Owned, Price, Site, Supply, Workload
 from optimizer.scenario.fields import Strict
 from optimizer.scenario.sections import Carbon, Demand, Horizon, NetworkSpec, Policy, Robust, Serving
+from optimizer.scenario.spot import Spot
 
 
 class Scenario(Strict):
@@ -30,6 +31,7 @@ class Scenario(Strict):
     robust: Robust = Field(default_factory=Robust)
     grid_carbon: dict[str, GridCarbon] = Field(default_factory=dict)
     carbon: Carbon = Field(default_factory=Carbon)
+    spot: Spot = Field(default_factory=Spot)
 
     def peak_to_mean(self, workload: str) -> float:
         """The intra-hour peak factor a workload's pools are sized for."""
