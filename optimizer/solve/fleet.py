@@ -334,9 +334,7 @@ def procurement_table(inst: Instance, sol: Solution) -> pd.DataFrame:
             rows.append(row)
     egress = sum(SECONDS_PER_HOUR * weight[key[4]] * inst.egress_usd_per_request[key[2]] * x for key, x in sol.routes.items())
     rows.append({"site": "*", "gpu": "egress", "cost_usd": egress})
-    spot_offered = any(is_spot(g) for g in inst.gpus)  # else the columns stay out: plans without spot unchanged
-    columns = [c for c in PROCUREMENT_COLUMNS if spot_offered or not c.startswith("spot_")]
-    return pd.DataFrame(rows, columns=columns).fillna(0)
+    return pd.DataFrame(rows, columns=PROCUREMENT_COLUMNS).fillna(0)
 
 
 def plan_tonnes(inst: Instance, sol: Solution) -> dict[tuple[str, str], float]:
