@@ -1,8 +1,10 @@
 """Procurement: nodes committed for the horizon (reserved 1-year, reserved 3-year, owned) and
-nodes rented on demand per state — variants of one contract, differing only in when they
+nodes rented on demand per state (spot nodes among them, as accelerators of their own whose
+price is the expected cost of a spot node-hour, `optimizer.scenario.spot`) — variants of one contract, differing only in when they
 are paid for and whether energy is in the price.
 
-Sets      (s, g) offered site–accelerator pairs; terms T(s,g) the committed contracts priced
+Sets      (s, g) offered site–accelerator pairs (those of state t: `Instance.site_gpus_in`, not
+          a lost site's nor a lost spot zone's); terms T(s,g) the committed contracts priced
 Columns   c[s,g,term] ≥ 0   committed nodes (every hour of the year)
           o[s,g,t] ≥ 0      on-demand nodes in state t (paid for the slice's hours)
           Integer where the mode counts whole replicas. The master problem keeps them continuous: its plan is made
@@ -48,8 +50,8 @@ def add_to(build) -> None:
     if mode.ondemand_surcharged:
         lp.param("state_ondemand_extra_usd", {key: float(mode.ondemand_extra_usd.get(key, 0.0))
                                               for key in inst.site_gpus})
-    ondemand_index = [(s, g, st.id) for st in inst.states for s, g in inst.site_gpus
-                      if s != st.lost_site and inst.ondemand_max[(s, g)] > 0]
+    ondemand_index = [(s, g, st.id) for st in inst.states for s, g in inst.site_gpus_in(st)
+                      if inst.ondemand_max[(s, g)] > 0]
     ondemand = lp.add_cols("ondemand", ondemand_index, upper=lambda key: Param("ondemand_max", key[:2]),
                            integer=mode.integer_replicas)
     terms_of: dict = {}
@@ -69,9 +71,7 @@ def add_to(build) -> None:
     for key, signed in sorted(signed_of.items()):
         lp.add_row("committed_cap", key, signed, upper=Param("committed_max", key))
     for st in inst.states:
-        for s, g in inst.site_gpus:
-            if s == st.lost_site:
-                continue
+        for s, g in inst.site_gpus_in(st):
             cols = terms_of.get((s, g), [])
             usable = [(c, 1.0) for c in cols]
             powered = list(usable)

@@ -8,6 +8,13 @@ moment of a failure:
           o[s,g,(peak, ℓ)] = o[s,g,peak]     for every site s ≠ ℓ
 Unserved demand in a contingency state is penalised as if it lasted a notional 1,000 hours,
 so the plan buys the spare capacity unless no capacity could serve it.
+
+Spot: with spot offered, the instance also adds one state per site whose spot zone is lost
+(`State.lost_spot_site`): the peak slice with that site's spot nodes gone and the objectives
+kept (nominal pools and arcs). The same rows tie every other node to the peak's, spot nodes at
+the other sites included — the notice (0–120 s) is shorter than a cold start, so the pools
+that ran on the lost spot nodes are carried by the spare replicas already running:
+          o[s,g,(peak, spot ℓ)] = o[s,g,peak]   for every (s, g) but ℓ's spot accelerators
 """
 
 from __future__ import annotations

@@ -54,6 +54,7 @@ from optimizer.scenario.calibration.params import PARAMETERS
 from optimizer.scenario.calibration.tables import LIMITS, NUMBERS, read_benchmark_csv
 from optimizer.scenario.fields import accepted, range_text
 from optimizer.scenario.fleet import FleetRow, PricePath, Years
+from optimizer.scenario.spot import Spot
 
 VALUES = [0, -1, 1e308, 1e-300, math.nan, math.inf, -math.inf]
 ALWAYS_REFUSED = {1e308, math.inf, -math.inf}  # no physical field reaches them (NaN: checked apart)
@@ -85,6 +86,7 @@ PLACES = {
     Years: lambda d: d["years"],
     PricePath: lambda d: d["years"]["price_paths"][0],
     Churn: lambda d: d["churn"],
+    Spot: lambda d: d["spot"],
 }
 # numeric fields with no range of their own, and why
 EXEMPT = {
@@ -98,6 +100,7 @@ SCENARIO = {
     "fleet": {"contracts": [{"site": "chicago", "gpu": "h100-sxm", "nodes": 1, "contract": "reserved",
                              "end": "2030-01-01"}]},
     "churn": {"growth_nodes": 1},
+    "spot": {"enabled": False},
     "years": {"discount_rate": 0.08, "price_paths": [{"name": "mine", "factors": [1.0, 0.9]}]},
     "demand": {"table": [{"metro": "chicago", "workload": "chat", "period": "Y", "hour": 12, "requests_per_s": 10}],
                "mix": [{"metro": "chicago", "workload": "chat", "multiplier": 1}]},

@@ -30,6 +30,7 @@ import pandas as pd
 from optimizer.base.errors import Origin, ScenarioError
 from optimizer.base.outputs import unescape_text
 from optimizer.base.sources import read_text
+from optimizer.base.spot import spot_loss
 from optimizer.base.units import Role
 from optimizer.folder.schema import OPTIONAL_TABLES, TABLE_COLUMNS, Column
 from optimizer.results import Plan
@@ -211,8 +212,9 @@ def check_consistency(d: Path, s, tables: dict[str, pd.DataFrame]) -> None:
     _first(proc, proc.duplicated(["site", "gpu"]), path["procurement"], "site",
            "{site}/{gpu} appears twice (one row per site and accelerator, and one for egress)")
     lost = pools["lost_site"].notna()
-    _first(pools, lost & ~pools["lost_site"].isin(list(s.sites)), path["pools"], "lost_site",
-           "'{lost_site}' is not a site of the plan's scenario")
+    losses = list(s.sites) + [spot_loss(x) for x in s.sites]
+    _first(pools, lost & ~pools["lost_site"].isin(losses), path["pools"], "lost_site",
+           "'{lost_site}' is not a site of the plan's scenario (nor spot@ one)")
     config = curves.set_index("id")
     _first(curves, curves["id"].duplicated(), path["curves"], "id", "config '{id}' appears twice")
     _first(pools, ~pools["config"].isin(config.index), path["pools"], "config",

@@ -31,6 +31,7 @@ class Column:
     empty: bool = False
     choices: tuple[str, ...] | None = None
     default: float | str | None = None
+    sparse: bool = False  # written only where some row is not the default (plans without spot unchanged)
 
     def expected(self) -> str:
         if self.choices:
@@ -74,6 +75,9 @@ TABLE_COLUMNS: dict[str, tuple[Column, ...]] = {
         *(Column(c, "float", 0, MAX_USD, default=0.0) if c == CARBON_COLUMN else _float(c, 0, MAX_USD)
           for c in (*COST_COLUMNS.values(), "cost_usd")),
         Column("carbon_t", "float", 0, 1e12, default=0.0),
+        # spot nodes (rows of a `<gpu>-spot` accelerator): absent from folders written before spot
+        Column("spot_nodes_peak", "int", 0, MAX_NODES, default=0, sparse=True),
+        Column("spot_node_hours", "float", 0, MAX_NODES * 8784, default=0.0, sparse=True),
     ),
     "pools": (
         _text("site"), _text("workload"), _int("tier", -1, 1000), _text("role", choices=ROLES), _int("speed", -1, 1000),

@@ -64,8 +64,10 @@ def write_plan(plan: Plan, out_dir: str | Path, inputs=(), extras=()) -> Path:
 
 
 def _in_schema_order(frame: pd.DataFrame, name: str) -> pd.DataFrame:
-    """The table's columns as the schema lists them (an empty table keeps its header)."""
-    known = [c.name for c in TABLE_COLUMNS[name]]
+    """The table's columns as the schema lists them (an empty table keeps its header); a sparse
+    column only where some row holds more than its default (spot columns: plans that rent spot)."""
+    known = [c.name for c in TABLE_COLUMNS[name]
+             if not c.sparse or (c.name in frame.columns and (frame[c.name].fillna(c.default) != c.default).any())]
     return frame.reindex(columns=known + [c for c in frame.columns if c not in known])
 
 

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from optimizer.base.contracts import COST_CATEGORIES, TERMS
+from optimizer.base.spot import is_spot, spot_loss, spot_lost_site
 from optimizer.base.units import GRAMS_PER_KG, HOURS_PER_YEAR, KG_PER_TONNE, MS_PER_S, SECONDS_PER_HOUR, Regime, Role
 from optimizer.curves.economics import owned_usd_per_node_hour
 from optimizer.geography.demand import build_demand, build_slices, profile_at
@@ -66,6 +67,11 @@ class State:
     weight_hours: float
     penalty_hours: float
     days: float
+
+    @property
+    def lost_spot_site(self) -> str | None:
+        """The site whose spot nodes this state loses (a spot-loss contingency), or None."""
+        return spot_lost_site(self.lost_site)
 
 
 @dataclass(frozen=True)
@@ -150,10 +156,17 @@ class Instance:
     def arcs_in(self, state: State) -> list[Arc]:
         return [a for a in self.arcs[state.regime] if a.site != state.lost_site]
 
+    def site_gpus_in(self, state: State) -> list[tuple[str, str]]:
+        """The (site, accelerator) pairs whose nodes exist in ``state``: all but the lost
+        site's, and but the spot accelerators of a site whose spot zone is lost."""
+        spot_site = state.lost_spot_site
+        return [(s, g) for s, g in self.site_gpus if s != state.lost_site and not (s == spot_site and is_spot(g))]
+
     def pools_in(self, state: State, role: str | None = None) -> list[Pool]:
+        spot_site = state.lost_spot_site
         return [
             p for p in self.pools
-            if p.site != state.lost_site
+            if p.site != state.lost_site and not (p.site == spot_site and is_spot(p.gpu))
             and (p.role == Role.DECODE or p.regime == state.regime)
             and (role is None or p.role == role)
         ]
@@ -203,7 +216,7 @@ def build_instance(s: Scenario, rtt: pd.DataFrame) -> Instance:
 
     tier_pools = best_tier_pools(s, factory, configs, gpus_at, handoff, regimes, Stages(s))
     arcs, unreachable = _arcs(s, rtt, tier_pools, regimes)
-    states = _states(s, slices, peak_slice)
+    states = _states(s, slices, peak_slice, site_gpus)
     fleet = fleet_year(s)
     return Instance(
         name=s.name, slices=slices, states=states,
@@ -305,12 +318,18 @@ def _arcs(s: Scenario, rtt: pd.DataFrame, tier_pools: dict, regimes: list[str]):
     return arcs, unreachable
 
 
-def _states(s: Scenario, slices: pd.DataFrame, peak_slice: int) -> list[State]:
+def _states(s: Scenario, slices: pd.DataFrame, peak_slice: int, site_gpus) -> list[State]:
+    """The slices; with N−1, one site-loss state per site (TTFT relaxed); with spot offered,
+    one spot-loss state per site that offers it: the peak slice with that site's spot nodes
+    gone and the objectives kept — spot losses are common (a zone was without spot capacity
+    10–83 % of the time in data/spot_availability.csv), not a rare disaster."""
     states = [State(int(t), int(t), NOMINAL, None, float(r.weight_hours), float(r.weight_hours), float(r.days))
               for t, r in slices.iterrows()]
     if s.policy.n_minus_1:
         for site in s.sites:
             states.append(State(len(states), peak_slice, RELAXED, site, 0.0, RESILIENCE_PENALTY_HOURS, 0.0))
+    for site in sorted({site for site, g in site_gpus if is_spot(g)}):
+        states.append(State(len(states), peak_slice, NOMINAL, spot_loss(site), 0.0, RESILIENCE_PENALTY_HOURS, 0.0))
     return states
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from optimizer.base.spot import is_spot
 from optimizer.base.units import MS_PER_S, Regime, Role
 from optimizer.curves.queueing import slo_capacity_rps
 from optimizer.curves.tail import Law, SlackTable, compress, quantile_s, slack_table, stack
@@ -253,11 +254,15 @@ def best_tier_pools(s: Scenario, factory: PoolFactory, configs, gpus_at, handoff
 
 def admissible_configs(s: Scenario) -> dict[tuple[str, str], list[ServingConfig]]:
     """Admissible configs per (workload, accelerator); disaggregated ones must move the p99
-    prompt's KV within a tenth of the TTFT objective over their own NIC."""
+    prompt's KV within a tenth of the TTFT objective over their own NIC; none on spot
+    accelerators for a workload that does not allow spot."""
     out = {}
     for k, w in s.workloads.items():
         m = s.models[w.model]
         for g, a in s.accelerators.items():
+            if is_spot(g) and not w.spot_allowed:
+                out[(k, g)] = []
+                continue
             configs = workload_configs(w, m, a, s.serving)
             kv = kv_bytes_per_token(w, m)
             limit_s = TRANSFER_SHARE_OF_TTFT * w.ttft_p99_ms / MS_PER_S

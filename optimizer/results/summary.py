@@ -16,6 +16,7 @@ from optimizer.curves.economics import cost_per_million_tokens_usd
 from optimizer.instance.build import Instance
 from optimizer.results.churn import churn_summary
 from optimizer.results.fleet import fleet_summary
+from optimizer.results.spot import spot_summary
 from optimizer.scenario import RawScenario, Scenario
 from optimizer.serving.billing import token_billing
 from optimizer.solve import SolveResult, SolverSettings
@@ -98,6 +99,7 @@ def plan_summary(s: Scenario, raw: RawScenario, inst: Instance, result: SolveRes
         "carbon": carbon_summary(s, inst, proc, annual_tokens),
         "fleet": fleet_summary(s, inst, proc),
         "gpus_by_type_peak": gpus_by_type_peak(inst, sol),
+        **({"spot": spot} if (spot := spot_summary(s, inst, sol, proc)) else {}),
         "baseline_cost_usd": base.total_cost_usd,
         "baseline_gpu_by_workload": base.gpu_by_workload,
         "baseline_cost_usd_by_workload": base.cost_usd_by_workload,

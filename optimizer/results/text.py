@@ -7,6 +7,7 @@ from pathlib import Path
 
 from optimizer.results.churn import churn_lines
 from optimizer.results.fleet import fleet_lines
+from optimizer.results.spot import spot_line
 
 
 def text_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
@@ -62,6 +63,7 @@ def plan_text(sm: dict, out) -> str:
         *_carbon_lines(sm.get("carbon")),
         *fleet_lines(sm.get("fleet")),
         *churn_lines(sm.get("churn")),
+        *spot_line(sm.get("spot")),
     ]
     lines += _robust_lines(sm)
     lines += _baseline_lines(sm)

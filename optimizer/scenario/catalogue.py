@@ -234,6 +234,8 @@ class Workload(Catalogued):
         None, ge=1, le=20,
         description="this workload's pools are sized for the hour's mean × this factor (burstiness within the "
                     "hour, e.g. the busiest minute over the hour's mean); default: demand.peak_to_mean_intra_hour")
+    spot_allowed: bool = Field(True, description="may run on spot nodes where the scenario offers them (the "
+                               "planner's call); false: never")
     rationale: str | None = None
 
     _frac = field_validator("prompt_cache_hit_rate", "slo_attainment", mode="before")(fraction_before)

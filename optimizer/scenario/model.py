@@ -8,6 +8,7 @@ from optimizer.scenario.catalogue import Accelerator, GridCarbon, Metro, Model, 
 from optimizer.scenario.fields import Strict
 from optimizer.scenario.fleet import Fleet, Years
 from optimizer.scenario.sections import Carbon, Churn, Demand, Horizon, NetworkSpec, Policy, Robust, Serving
+from optimizer.scenario.spot import Spot
 
 
 class Scenario(Strict):
@@ -34,6 +35,7 @@ class Scenario(Strict):
     fleet: Fleet = Field(default_factory=Fleet)
     years: Years = Field(default_factory=Years)
     churn: Churn = Field(default_factory=Churn)
+    spot: Spot = Field(default_factory=Spot)
 
     def peak_to_mean(self, workload: str) -> float:
         """The intra-hour peak factor a workload's pools are sized for."""

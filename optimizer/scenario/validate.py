@@ -27,6 +27,7 @@ from optimizer.scenario.overrides import is_number
 from optimizer.scenario.racks import hostable_supply
 from optimizer.scenario.raw import RawScenario
 from optimizer.scenario.sections import DemandRow, MixRow
+from optimizer.scenario.spot import with_spot
 from optimizer.scenario.tables import SECTIONS, TABLES
 
 
@@ -207,7 +208,10 @@ def _validate(raw: RawScenario) -> Scenario:
         err = exc.errors()[0]
         raise ScenarioError(explain(err, Scenario), Origin(str(raw.path)), field=_field_of(err, Scenario)) from None
     _cross_check(scenario, raw)
-    return scenario
+    try:
+        return with_spot(scenario)
+    except ScenarioError as exc:
+        raise ScenarioError(exc.message, raw.origin("spot"), field=exc.field) from None
 
 
 def _validate_diurnal(profiles: dict, raw: RawScenario) -> dict[str, list[float]]:

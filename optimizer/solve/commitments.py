@@ -270,7 +270,7 @@ def commit(inst: Instance, need: dict[tuple[str, str, int], int]):
             if x > 0:
                 ondemand[(s, g, sid)] = int(x)
         for sid in rule.contingencies:
-            if (s, g, peak) in ondemand and inst.states[sid].lost_site != s:
+            if (s, g, peak) in ondemand and (s, g) in inst.site_gpus_in(inst.states[sid]):
                 ondemand[(s, g, sid)] = ondemand[(s, g, peak)]
         if best.over_cap:
             violations.append(f"{s}/{g}: needs {int(best.ondemand.max())} on-demand nodes in some hour, cap "

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from optimizer.base.contracts import COST_COLUMNS, TERMS
+from optimizer.base.spot import is_spot
 from optimizer.base.units import HOURS_PER_YEAR, KG_PER_TONNE, SECONDS_PER_HOUR, Role
 from optimizer.curves.queueing import servers_needed, servers_needed_many
 from optimizer.instance.build import Instance
@@ -300,7 +301,8 @@ def ramp_nodes(inst: Instance, ondemand: dict) -> dict[tuple[str, str, int], int
 
 # procurement.csv's columns, in order: there even where no (site, accelerator) has nodes
 PROCUREMENT_COLUMNS = ["site", "gpu", *(term.nodes_column for term in TERMS), "reserved_nodes", "ondemand_nodes_peak",
-                       "ondemand_node_hours", "ramp_node_hours", *COST_COLUMNS.values(), "cost_usd", "carbon_t"]
+                       "ondemand_node_hours", "ramp_node_hours", *COST_COLUMNS.values(), "cost_usd", "carbon_t",
+                       "spot_nodes_peak", "spot_node_hours"]
 
 
 def procurement_table(inst: Instance, sol: Solution) -> pd.DataFrame:
@@ -333,6 +335,8 @@ def procurement_table(inst: Instance, sol: Solution) -> pd.DataFrame:
         row.update({COST_COLUMNS[category]: usd for category, usd in cost.items()})
         row["cost_usd"] = sum(cost.values())
         row["carbon_t"] = tonnes
+        # a spot accelerator's nodes are rented per hour (its on-demand columns); named again for readers
+        row.update(spot_nodes_peak=peak_od if is_spot(g) else 0, spot_node_hours=od_hours if is_spot(g) else 0.0)
         if row["reserved_nodes"] or od_hours:
             rows.append(row)
     egress = sum(SECONDS_PER_HOUR * weight[key[4]] * inst.egress_usd_per_request[key[2]] * x for key, x in sol.routes.items())
