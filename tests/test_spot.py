@@ -10,6 +10,9 @@ import pytest
 from instances import TINY, capacity, load_instance
 
 from optimizer.base.spot import is_spot, spot_loss
+from optimizer.commands.pipeline import make_plan
+from optimizer.commands.spot_stress import spot_stress, two_or_more_out
+from optimizer.folder.write import write_plan
 from optimizer.scenario import load_scenario
 from optimizer.solve import SolverSettings, solve
 from optimizer.solve.fleet import procurement_table
@@ -152,3 +155,27 @@ def test_the_spot_catalogues_carry_their_sources():
     assert spot["discount_vs_ondemand"].between(0, 1).all() and spot["availability"].between(0, 1).all()
     # the reference availability is 1 − the median zone's unavailable share
     assert spot[spot["provider"] == "reference"]["availability"].eq(round(1 - zones.median(), 2)).all()
+
+
+def test_two_or_more_zones_out_by_hand():
+    """Zones up 90 %, 80 %, 70 %: none out 0.504; exactly one 0.1·0.56 + 0.2·0.63 + 0.3·0.72 = 0.398."""
+    assert two_or_more_out([0.5, 0.5]) == pytest.approx(0.25)
+    assert two_or_more_out([0.9, 0.8, 0.7]) == pytest.approx(1 - 0.504 - 0.398)
+    assert two_or_more_out([1.0, 1.0, 0.3]) == pytest.approx(0.0)
+
+
+def test_stress_with_spot_half_as_available_costs_the_fallback_by_hand(tmp_path):
+    """At availability × F every spot node-hour costs p_od · d · a · (1 − F) more (rented on
+    demand while its zone has none)."""
+    plan = make_plan(TINY, CHEAP, effort="first")
+    write_plan(plan, tmp_path / "p")
+    proc = plan.tables["procurement"]
+    rows = proc[proc["gpu"].str.endswith("-spot") & (proc["ondemand_node_hours"] > 0)]
+    assert len(rows), "cheap spot is rented"
+    s, _ = load_scenario(TINY)
+    extra = sum(r.ondemand_node_hours * s.prices[r.gpu.removesuffix("-spot")].ondemand_usd_per_gpu_hour
+                * s.accelerators[r.gpu.removesuffix("-spot")].gpus_per_node * s.sites[r.site].price_multiplier
+                * 0.9 * 1.0 * 0.5 for r in rows.itertuples())
+    out = spot_stress(tmp_path / "p", 0.5)
+    assert out["extra_usd"] == pytest.approx(extra)
+    assert out["hours_two_or_more_zones_out_stressed"] >= out["hours_two_or_more_zones_out_planned"]

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from optimizer.base.errors import shorten
 from optimizer.base.precision import KV_FORMATS, WEIGHT_FORMATS
 from optimizer.scenario import Churn, Policy
+from optimizer.scenario.spot import Spot
 
 
 def _explain_first(exc: ValidationError, model: type[BaseModel]) -> str:
@@ -274,6 +275,9 @@ def stress(st) -> None:
     st.add_argument("--within-band", nargs="?", const="p90", choices=["p90", "draw"], metavar="p90|draw",
                     help="efficiencies within the calibration's residual band: at each accelerator's p90 (default), "
                          "or drawn from it with --seed")
+    st.add_argument("--spot-availability", type=field_value(Spot, "availability_factor"), metavar="F",
+                    help="spot zones have capacity F × as often (0.5: half): the plan's spot node-hours rented on demand "
+                         "the rest, zones out together, on-demand room for the fallback")
     st.add_argument("--verify", action="store_true", help="also simulate the perturbed plan")
     st.add_argument("--requests", type=REQUESTS, default=2000, help="simulated requests per group with --verify")
     seed_flag(st)

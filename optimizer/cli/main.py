@@ -351,7 +351,7 @@ def cmd_stress(args) -> int:
     plan_folder_to_update(args.plan_dir)
     result = stress(args.plan_dir, args.perturb or [], demand_factor=args.demand, rtt_factor=args.rtt,
                     lose_site=args.lose_site, within_band=args.within_band, verify=args.verify,
-                    requests=args.requests, seed=args.seed,
+                    requests=args.requests, seed=args.seed, spot_availability=args.spot_availability,
                     progress=None if args.json else (lambda m: print(m, file=sys.stderr)))
     write_stress(result, args.plan_dir)
     if args.json:

@@ -41,6 +41,7 @@ from optimizer.base.errors import ScenarioError, unknown_id_message
 from optimizer.base.outputs import write_csv, write_text_atomic
 from optimizer.base.units import Role
 from optimizer.commands.calibrate import band
+from optimizer.commands.spot_stress import spot_stress, spot_stress_lines
 from optimizer.folder.read import read_plan
 from optimizer.folder.schema import OPTIONAL_TABLES, TABLES
 from optimizer.geography.network import build_graph, rtt_matrix
@@ -306,9 +307,11 @@ def _by_workload(s: Scenario, arcs: pd.DataFrame, unserved: pd.DataFrame, weight
 
 
 def stress(plan_dir, perturb=(), *, demand_factor=1.0, rtt_factor=1.0, lose_site=None, within_band=None, verify=False,
-           requests=2000, seed=0, keep=None, progress=None) -> StressResult:
+           requests=2000, seed=0, keep=None, progress=None, spot_availability=None) -> StressResult:
     """Evaluate a plan folder under perturbed estimates (see the module docstring);
-    ``within_band``: None, "p90" or "draw" (seeded by ``seed``)."""
+    ``within_band``: None, "p90" or "draw" (seeded by ``seed``); ``spot_availability``: spot
+    zones with capacity this × as often (`optimizer.commands.spot_stress`)."""
+    spot = spot_stress(plan_dir, spot_availability) if spot_availability is not None else None
     work = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="fleetplan-stress-"))
     try:
         folder = perturbed_folder(plan_dir, work, perturb, demand_factor, rtt_factor, lose_site, within_band, seed)
@@ -321,6 +324,7 @@ def stress(plan_dir, perturb=(), *, demand_factor=1.0, rtt_factor=1.0, lose_site
             "unserved_fraction_max": float(table["unserved_fraction"].max()) if len(table) else 0.0,
             "all_objectives_met": bool(table["passes"].all()) if len(table) else True,
             "by_workload": table.to_dict("records"),
+            "spot": spot,
         }
         if verify:
             from optimizer.commands.verify import verify_plan
@@ -350,4 +354,4 @@ def write_stress(result: StressResult, plan_dir) -> Path:
 def stress_text(result, plan_dir) -> str:
     """The stressed plan's table and the file written."""
     return "\n".join([result.table.to_string(index=False, float_format=lambda x: f"{x:,.4g}"),
-                      f"written: {Path(plan_dir) / 'stress.csv'}"])
+                      *spot_stress_lines(result.summary.get("spot")), f"written: {Path(plan_dir) / 'stress.csv'}"])
