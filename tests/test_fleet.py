@@ -10,6 +10,7 @@ from instances import TINY, brute_force, tiny_instance
 from optimizer.base.errors import ScenarioError
 from optimizer.base.units import HOURS_PER_YEAR
 from optimizer.commands.pipeline import make_plan
+from optimizer.commands.report.fleet_tables import churn_html, fleet_html
 from optimizer.folder.read import read_plan
 from optimizer.folder.write import write_plan
 from optimizer.instance.fleet import fleet_year
@@ -104,3 +105,17 @@ def test_a_bad_fleet_row_is_named(rows, field):
 def test_a_fleet_needs_the_plans_first_day():
     with pytest.raises(ScenarioError, match="horizon.start"):
         load_scenario(TINY, [_fleet(SIGNED)])
+
+
+def test_the_report_shows_the_fleet_and_the_churn_it_moved_by():
+    plan = make_plan(TINY, [START, _fleet(SIGNED)], effort="first")
+    summary = dict(plan.summary, churn={
+        "growth_factor": None, "growth_nodes": 1, "max_removed_nodes": None, "max_changes": None, "previous_nodes": 1,
+        "nodes": 2, "changes_used": 1, "changes": [{"site": "chicago", "gpu": "h100-sxm", "previous_committed": 1,
+                                                    "committed": 2, "previous_ondemand_peak": 0, "ondemand_peak": 0}],
+        "shadow_prices": [{"limit": "growth", "site": "chicago", "gpu": "h100-sxm", "usd_per_node": 1234.5}],
+        "shadow_price_method": "dual"})
+    page = fleet_html(summary) + churn_html(summary)
+    assert "The fleet it started from (2027-01-01)" in page and "already signed" in page
+    assert "Moving from the previous fleet" in page
+    assert "$1,234" in page or "$1,235" in page or "$1.23" in page

@@ -16,6 +16,7 @@ from optimizer.base.contracts import COST_COLUMNS, COST_LABELS, TERMS
 from optimizer.commands.report import charts
 from optimizer.commands.report import formatting as f
 from optimizer.commands.report.calibration import calibration_html, has_calibration
+from optimizer.commands.report.fleet_tables import churn_html, fleet_html
 from optimizer.commands.report.folder import PlanFolder, read_plan_folder
 from optimizer.commands.report.formatting import TableColumn, esc
 from optimizer.commands.report.html import chart_html, page, section, write_page
@@ -83,7 +84,8 @@ def appendix_html(folder: PlanFolder) -> str:
             + "<h3>Serving configurations the plan uses</h3>"
             + f.table(curves, [c for c in CURVE_COLUMNS if c.key in curves])
             + "<h3>Procurement (US$ a year)</h3>"
-            + f.table(folder.tables["procurement"], [c for c in PROCUREMENT_COLUMNS if c.key in folder.tables["procurement"]]))
+            + f.table(folder.tables["procurement"], [c for c in PROCUREMENT_COLUMNS if c.key in folder.tables["procurement"]])
+            + fleet_html(folder.summary) + churn_html(folder.summary))
 
 
 def render(plan_dir: str | Path) -> str:
