@@ -9,7 +9,11 @@ Growth    Σ_term c[s,g,term] + o[s,g,t] ≤ (1 + γ)·N⁰ + Γ            for 
 Removal   Σ_term c[s,g,term] ≥ c⁰ − R                                where c⁰ > R
 Budget    Σ_term c[s,g,term] − a + r = c⁰;   o[s,g,t] − q ≤ P⁰ for every t;
           Σ_(s,g) a + r + q ≤ B
-No cost: a limit's price is its row's dual (the master's shadow price, `shadow_prices`).
+Migration m[s,g] ≥ Σ_term c[s,g,term] − c⁰ (m ≥ 0), costing its $ per node once
+          (`ChurnLimits.migration_usd_per_node`, booked with the cold starts): replicas moved
+          onto committed nodes added at a pair.
+The limits cost nothing: a limit's price is its row's dual (the master's shadow price,
+`shadow_prices`).
 Modes that plan the commitment only: a one-state program operates a commitment decided elsewhere.
 """
 
@@ -54,6 +58,18 @@ def add_to(build) -> None:
                 lp.add_row("churn_removal", pair, [(col, 1.0) for col in committed[pair]], lower=float(floor))
     if limits.max_changes is not None:
         _budget(lp, limits, pairs, committed, ondemand)
+    if limits.migration_usd_per_node > 0:
+        _migration(build, limits, pairs, committed)
+
+
+def _migration(build, limits, pairs, committed) -> None:
+    lp = build.lp
+    moved = lp.add_cols("churn_migrated", [pair for pair in pairs if committed.get(pair)])
+    lp.param("churn_migration_usd", {(): float(limits.migration_usd_per_node)})
+    for pair, col in moved.items():
+        c0 = float(limits.previous_committed.get(pair, 0))
+        lp.add_row("churn_migration", pair, [(c, 1.0) for c in committed[pair]] + [(col, -1.0)], upper=c0)
+        build.terms.add_cost("ramp", col, Param("churn_migration_usd", ()))
 
 
 def _budget(lp, limits, pairs, committed, ondemand) -> None:

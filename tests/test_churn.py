@@ -123,3 +123,34 @@ def test_the_budget_shared_out_never_exceeds_it():
     assert limits.used({("s1", "g"): 5, ("s2", "g"): 5}, {}) == 3 and limits.breaches({("s1", "g"): 5, ("s2", "g"): 5}, {}) == []
     assert limits.used({("s1", "g"): 4, ("s2", "g"): 2}, {("s1", "g"): 1}) == 2 + 3 + 1
     assert "budget of 4" in limits.breaches({("s1", "g"): 4, ("s2", "g"): 2}, {("s1", "g"): 1})[0]
+
+
+def _added(plan, previous) -> int:
+    return sum(max(0, c - previous[0].get(pair, 0)) for pair, (c, _) in _nodes(plan).items())
+
+
+@pytest.mark.parametrize("exact", MODES)
+def test_a_migration_cost_is_paid_once_per_committed_node_added(tmp_path, exact):
+    """Twice the demand: unpriced, the plan moves its committed l40s node from Chicago to Dallas
+    (one node added). At $5,000 a node added the plan pays m · (nodes added) with its cold
+    starts, and never more than the unpriced plan plus that; at $10 M a node it adds no
+    committed node (the growth is rented on demand)."""
+    old = _plan(TINY, exact=exact)
+    previous = ({pair: c for pair, (c, _) in _nodes(old).items()}, {pair: p for pair, (_, p) in _nodes(old).items()})
+    more = _more_demand(tmp_path)
+    free = _plan(more, previous=previous, exact=exact)
+    if exact:  # the optimum moves the node (the master's rounding may rent the growth instead)
+        assert _added(free, previous) == 1
+    paid = _plan(more, ["churn.migration_usd_per_node=5000"], previous=previous, exact=exact)
+    s, _ = load_scenario(more)
+    proc = paid.tables["procurement"]
+    rows = proc[proc["site"] != "*"]
+    ondemand_rate = {(r.site, r.gpu): s.prices[r.gpu].ondemand_usd_per_gpu_hour * s.accelerators[r.gpu].gpus_per_node
+                     * s.sites[r.site].price_multiplier for r in rows.itertuples()}
+    migration = sum(r.cost_ramp_usd - ondemand_rate[(r.site, r.gpu)] * r.ramp_node_hours for r in rows.itertuples())
+    assert migration == pytest.approx(5000 * _added(paid, previous))
+    assert paid.summary["total_cost_usd"] <= free.summary["total_cost_usd"] + 5000 * (1 + 1e-9)
+    if exact:
+        assert paid.summary["total_cost_usd"] >= free.summary["total_cost_usd"] * (1 - 1e-9)
+    dear = _plan(more, ["churn.migration_usd_per_node=10000000"], previous=previous, exact=exact)
+    assert _added(dear, previous) == 0

@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from optimizer.base.errors import ScenarioError
 
 NO_LIMIT = math.inf
@@ -48,6 +50,13 @@ class ChurnLimits:
     max_removed_nodes: int | None = None  # R, per (site, accelerator)
     max_changes: int | None = None  # B, over all pairs
     allotted: dict | None = None
+    migration_usd_per_node: float = 0.0  # $ once per committed node added at a pair (replicas moved onto it)
+
+    def migration_usd(self, pair, committed) -> float:
+        """What the committed nodes added at a pair cost to move replicas onto: m · max(0, c − c⁰)
+        (``committed`` a number or an array of them)."""
+        added = np.maximum(np.asarray(committed) - int(self.previous_committed.get(pair, 0)), 0)
+        return self.migration_usd_per_node * added
 
     @property
     def limits_growth(self) -> bool:
@@ -132,7 +141,7 @@ def allot(limits: ChurnLimits, wanted: dict) -> ChurnLimits:
         left -= 1
     allotted = {pair: tuple(shares[(pair, i)] for i in range(3)) for pair in wanted}
     return ChurnLimits(limits.previous_committed, limits.previous_ondemand, limits.growth_factor, limits.growth_nodes,
-                       limits.max_removed_nodes, limits.max_changes, allotted)
+                       limits.max_removed_nodes, limits.max_changes, allotted, limits.migration_usd_per_node)
 
 
 def limits_from(section, previous: tuple[dict, dict] | None, offered) -> ChurnLimits | None:
@@ -141,7 +150,7 @@ def limits_from(section, previous: tuple[dict, dict] | None, offered) -> ChurnLi
     is no previous fleet. A limit without a previous fleet, or a previous fleet with nodes at a
     pair the scenario does not offer (``offered``), is an error naming the section."""
     limited = any(v is not None for v in (section.growth_factor, section.growth_nodes, section.max_removed_nodes,
-                                          section.max_changes))
+                                          section.max_changes, section.migration_usd_per_node))
     if previous is None:
         if limited:
             raise ScenarioError("churn limits need a previous fleet to move from; expected a plan folder to start "
@@ -155,4 +164,5 @@ def limits_from(section, previous: tuple[dict, dict] | None, offered) -> ChurnLi
                             + " which this scenario does not offer; expected its sites and accelerators to include "
                               "every pair the previous plan uses", field="churn")
     return ChurnLimits(dict(committed), dict(ondemand), section.growth_factor, section.growth_nodes,
-                       section.max_removed_nodes, section.max_changes)
+                       section.max_removed_nodes, section.max_changes,
+                       migration_usd_per_node=section.migration_usd_per_node or 0.0)

@@ -338,6 +338,11 @@ class Churn(Strict):
     max_changes: int | None = bounded(
         None, ge=0, le=1_000_000, unit="nodes", description="a budget of node changes: Σ over (site, accelerator) of "
         "|committed − previous committed| + on-demand peak nodes beyond the previous peak")
+    migration_usd_per_node: float | None = bounded(
+        None, ge=0, le=10_000_000, unit="US$ per node", description="what moving replicas to a committed node added at "
+        "a (site, accelerator) costs once: its cold start and the traffic displaced while it warms (on-demand nodes "
+        "pay their cold starts already); a node-hour of on-demand × the cold start's hours is the floor",
+        why="ten million dollars a node is several times its purchase price")
 
 
 class Robust(Strict):

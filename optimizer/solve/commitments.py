@@ -61,6 +61,11 @@ def split(layers: list[Tier], nodes: int) -> dict[str, int]:
     return out
 
 
+def migration_usd(inst: Instance, site: str, gpu: str, c):
+    """Moving replicas onto the committed nodes added against a previous fleet (churn), once."""
+    return inst.churn.migration_usd((site, gpu), c) if inst.churn is not None else 0.0
+
+
 def _signed_term(layers: list[Tier]) -> str | None:
     """The term new nodes are signed on (None: the plan may sign none)."""
     return next((t.term for t in layers if not TERM[t.term].existing), None)
@@ -138,7 +143,7 @@ class Commitments:
         o = ondemand_for(need[None, :], c[:, None], inst.warm_fraction)
         o[:, self.peak_pos] = np.maximum(o[:, self.peak_pos], ondemand_for(need_contingency, c, inst.warm_fraction))
         od_rate = inst.contracts[(site, gpu)].ondemand
-        cost = (committed_usd_per_year(layers, c) + od_rate * (o @ hours.weight_hours)
+        cost = (committed_usd_per_year(layers, c) + migration_usd(inst, site, gpu, c) + od_rate * (o @ hours.weight_hours)
                 + od_rate * inst.cold_start_hours * (hours.rises(o) @ hours.repeats))
         carbon = self.carbon_usd(site, gpu)
         if carbon.any():  # every committed node is powered every hour, on-demand ones when rented
@@ -176,7 +181,8 @@ class PairCost:
         warm, peak = self.rule.inst.warm_fraction, self.rule.peak_pos
         self.o = ondemand_for(need[None, :], self.c[:, None], warm)  # every state's column at once (`_column`)
         self.o[:, peak] = np.maximum(self.o[:, peak], ondemand_for(self.contingency, self.c, warm))
-        self.cost = (committed_usd_per_year(self.layers, self.c) + self.od_rate * (self.o @ hours.weight_hours)
+        self.cost = (committed_usd_per_year(self.layers, self.c) + migration_usd(self.rule.inst, self.site, self.gpu, self.c)
+                     + self.od_rate * (self.o @ hours.weight_hours)
                      + self.od_rate * self.rule.inst.cold_start_hours * (hours.rises(self.o) @ hours.repeats))
         if self.carbon.any():
             self.cost = self.cost + self.c * self.carbon.sum() + self.o @ self.carbon

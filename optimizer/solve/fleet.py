@@ -330,6 +330,8 @@ def procurement_table(inst: Instance, sol: Solution) -> pd.DataFrame:
             cost["energy"] += HOURS_PER_YEAR * price.energy * nodes
         cost["ondemand"] = contract.ondemand * od_hours
         cost["ramp"] = contract.ondemand * ramp_hours
+        if inst.churn is not None:  # replicas moved onto committed nodes added against the previous fleet
+            cost["ramp"] += float(inst.churn.migration_usd((s, g), row["reserved_nodes"]))
         tonnes = tonnes_of.get((s, g), 0.0)
         cost["carbon"] = inst.carbon_usd_per_t * tonnes
         row.update({COST_COLUMNS[category]: usd for category, usd in cost.items()})
