@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 from instances import TINY, capacity, load_instance
 
+from optimizer.base.errors import ScenarioError
 from optimizer.base.spot import is_spot, spot_loss
 from optimizer.commands.pipeline import make_plan
 from optimizer.commands.spot_stress import spot_stress, two_or_more_out
+from optimizer.commands.verify import verify_plan
 from optimizer.folder.write import write_plan
 from optimizer.scenario import load_scenario
 from optimizer.solve import SolverSettings, solve
@@ -179,3 +181,22 @@ def test_stress_with_spot_half_as_available_costs_the_fallback_by_hand(tmp_path)
     out = spot_stress(tmp_path / "p", 0.5)
     assert out["extra_usd"] == pytest.approx(extra)
     assert out["hours_two_or_more_zones_out_stressed"] >= out["hours_two_or_more_zones_out_planned"]
+
+
+def test_verify_replays_a_preemption_on_the_spare_replicas(tmp_path):
+    """The cheap-spot plan's spot taken at its site: the state's own pools (the spare replicas it
+    holds) serve the peak's requests inside the objectives in the simulator, and a state the
+    plan does not have is refused with the ones it has."""
+    plan = make_plan(TINY, CHEAP, effort="first")
+    folder = write_plan(plan, tmp_path / "p")
+    pools = plan.tables["pools"]
+    states = sorted(x for x in pools["lost_site"].dropna().astype(str).unique() if x.startswith("spot@"))
+    spot_sites = {r.site for r in plan.tables["procurement"].itertuples() if str(r.gpu).endswith("-spot")
+                  and r.ondemand_node_hours > 0}
+    state = next(f"spot@{site}" for site in sorted(spot_sites))
+    assert state in states
+    result = verify_plan(folder, requests=3000, state=state)
+    assert result.summary["all_objectives_met"]
+    assert result.summary["requests_simulated"] > 0
+    with pytest.raises(ScenarioError, match="no contingency state"):
+        verify_plan(folder, requests=100, state="spot@nowhere")

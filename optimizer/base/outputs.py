@@ -52,7 +52,8 @@ class FolderKind:
 PLAN = FolderKind("plan folder", "summary.json", frozenset({
     "summary.json", "scenario.json", "procurement.csv", "nodes.csv", "pools.csv", "routing.csv", "slo.csv", "curves.csv",
     "plan.xlsx", "report.html", "verify.csv", "verify.json", "stress.csv", "stress.json", "operations.csv",
-    "operations_sites.csv", "operations.json", "verify_trace.csv", "verify_trace.json", "verify_compare.csv"}))
+    "operations_sites.csv", "operations.json", "verify_trace.csv", "verify_trace.json", "verify_compare.csv",
+    "verify_spot_loss.csv", "verify_spot_loss.json"}))
 HORIZON = FolderKind("multi-year plan folder", "horizon.json", frozenset({
     "horizon.json", "scenario.json", "years.csv", "schedule.csv", "price_scenarios.csv", "report.html",
     *(f"year-{k}" for k in range(1, 6))}))

@@ -245,6 +245,10 @@ def verify(vf) -> None:
     vf.add_argument("--slices", default="peak",
                     help="peak (the busiest hour of each period), all, or PERIOD/DAYTYPE/HOUR,… (default peak)")
     vf.add_argument("--requests", type=REQUESTS, default=20000, help="simulated requests per (site, workload, slice)")
+    vf.add_argument("--spot-loss", metavar="SITE",
+                    help="replay a preemption: the site's spot nodes taken at the peak (after their notice, before "
+                         "replacements finish their cold start), the spare replicas the plan holds carrying their "
+                         "traffic; writes verify_spot_loss.csv")
     seed_flag(vf)
     vf.add_argument("--prefill-batch-tokens", type=BATCH_TOKENS, default=None, metavar="N",
                     help="what-if: every prefill server batches waiting prompts up to N new tokens, 0 one prompt "

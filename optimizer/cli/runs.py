@@ -42,11 +42,14 @@ def verify_one(args, plan_dir) -> int:
 
     plan_folder_to_update(plan_dir)
     progress = None if args.json else (lambda m: print(m, file=sys.stderr))
+    state = f"spot@{args.spot_loss}" if args.spot_loss else None
     result = verify_plan(plan_dir, slices=slice_list(args.slices), requests=args.requests, seed=args.seed,
                          progress=progress, prefill_batch_tokens=args.prefill_batch_tokens,
-                         arrivals=poisson_source(args))
-    write_verify(result, plan_dir)
-    record_verification(result, plan_dir)
+                         arrivals=poisson_source(args), state=state)
+    if state:
+        result.summary["state"] = state
+    write_verify(result, plan_dir, "verify_spot_loss" if state else "verify")
+    record_verification(result, plan_dir, "verification_spot_loss" if state else "verification")
     sm = result.summary
     if args.json:
         print_json(sm)

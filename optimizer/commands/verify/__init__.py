@@ -154,7 +154,7 @@ def _worker_run(args):
 
 def verify_plan(plan_dir, slices="peak", requests=20000, seed=0, progress=None, *, workers=None,
                 options: Options | None = None, prefill_batch_tokens: int | None = None,
-                arrivals=POISSON) -> VerifyResult:
+                arrivals=POISSON, state: str | None = None) -> VerifyResult:
     """Simulate a plan folder's pools at the chosen slices; measured vs predicted p99s.
 
     ``requests`` — per (site, workload, slice) group, the arrivals of its measured window
@@ -164,7 +164,9 @@ def verify_plan(plan_dir, slices="peak", requests=20000, seed=0, progress=None, 
     ``workers`` — processes (default: 1 for small runs, else up to the CPU count); results
     do not depend on it. ``prefill_batch_tokens`` (None: as planned) overrides ``options``. ``arrivals``: Poisson
     arrivals × the peak factor with lognormal lengths (default), or a log replayed
-    (`arrivals.Trace`).
+    (`arrivals.Trace`). ``state``: a contingency state's pools instead (e.g. "spot@ashburn":
+    a zone's spot taken, after its notice and before replacements finish their cold start),
+    with the routes of its slice scaled to its flows (`slices.state_routing`).
     """
     t0 = time.perf_counter()
     say = progress or (lambda msg: None)
@@ -173,7 +175,7 @@ def verify_plan(plan_dir, slices="peak", requests=20000, seed=0, progress=None, 
         opt.prefill_batch_tokens = int(prefill_batch_tokens)
     plan = read_plan(plan_dir)
     s = scenario_of(plan, plan_dir)
-    groups = plan_groups(plan.tables, slices)
+    groups = plan_groups(plan.tables, slices, state, s.serving.tier_rtt_ms)
     arrivals.prepare(groups)
     jobs = [(g, int(requests), int(seed), opt) for g in groups]
     if workers is None:

@@ -9,6 +9,8 @@ import pandas as pd
 from optimizer.base.errors import Origin, ScenarioError, shorten
 from optimizer.commands.verify.group import Group, GroupPool, Route
 
+SLICE = ["period", "day_type", "hour"]
+
 
 def nominal_pools(pools: pd.DataFrame) -> pd.DataFrame:
     """The pools of the plan's fleet: not the rows of a lost site (a contingency)."""
@@ -44,12 +46,56 @@ def select_slices(routing: pd.DataFrame, slices) -> list[tuple[str, str, int]]:
     return out
 
 
-def plan_groups(tables: dict[str, pd.DataFrame], slices) -> list[Group]:
-    """The (site, workload, slice) groups of the plan folder's ``tables`` at ``slices`` (`select_slices`)."""
+def state_pools(pools: pd.DataFrame, state: str) -> pd.DataFrame:
+    """The pools of a contingency state (``lost_site``, e.g. "spot@ashburn"), or an error
+    naming the states the plan has."""
+    lost = pools["lost_site"].fillna("").astype(str) if "lost_site" in pools else pd.Series("", index=pools.index)
+    rows = pools[lost == state]
+    if rows.empty:
+        known = sorted(x for x in lost.unique() if x)
+        raise ScenarioError(f"the plan has no contingency state {shorten(repr(state))}; known: "
+                            + (", ".join(known) or "none"), Origin("--spot-loss"))
+    return rows
+
+
+def state_routing(routing: pd.DataFrame, pools: pd.DataFrame, tier_rtt_ms: list[float]) -> pd.DataFrame:
+    """The routes of a contingency state at its slice, which the plan does not write: the
+    slice's routes scaled, per (site, workload, tier), to the flow the state's prefill and
+    colocated pools carry there; a (site, workload, tier) that carries flow only in the state
+    gets one route at its tier's RTT bound (the worst a moved request may see)."""
+    carried = pools[pools["role"] != "decode"].groupby(["site", "workload", "tier", *SLICE])["requests_per_s"].sum()
+    key = ["site", "workload", "tier", *SLICE]
+    nominal = routing.groupby(key)["requests_per_s"].sum()
+    out = []
+    for k, rps in carried.items():
+        if rps <= 0:
+            continue
+        if nominal.get(k, 0.0) > 0:
+            rows = routing.set_index(key).loc[[k]].reset_index()
+            out.append(rows.assign(requests_per_s=rows["requests_per_s"] * rps / nominal[k]))
+        else:
+            site, workload, tier, period, day_type, hour = k
+            out.append(pd.DataFrame([{"metro": "(moved)", "site": site, "workload": workload, "tier": tier,
+                                      "period": period, "day_type": day_type, "hour": hour, "requests_per_s": rps,
+                                      "rtt_ms": float(tier_rtt_ms[int(tier)])}]))
+    return pd.concat(out, ignore_index=True) if out else routing.iloc[:0]
+
+
+
+def plan_groups(tables: dict[str, pd.DataFrame], slices, state: str | None = None,
+                tier_rtt_ms: list[float] | None = None) -> list[Group]:
+    """The (site, workload, slice) groups of the plan folder's ``tables`` at ``slices``
+    (`select_slices`); with ``state``, the contingency state's pools at its slice instead
+    (`state_routing`)."""
     routing = tables["routing"]
     pools = nominal_pools(tables["pools"])
+    chosen = None
+    if state is not None:
+        pools = state_pools(tables["pools"], state)
+        routing = state_routing(routing, pools, tier_rtt_ms or [])
+        chosen = sorted({(p, d, int(h)) for p, d, h in pools[SLICE].itertuples(index=False)})
     groups = []
-    for period, day_type, hour in select_slices(routing, slices):
+    for period, day_type, hour in chosen or select_slices(routing, slices):
         r = routing[(routing["period"] == period) & (routing["day_type"] == day_type) & (routing["hour"] == hour)]
         p = pools[(pools["period"] == period) & (pools["day_type"] == day_type) & (pools["hour"] == hour)]
         for (site, k), rows in r.groupby(["site", "workload"], sort=True):

@@ -23,8 +23,12 @@ def verify_text(result, plan_dir) -> str:
         lines.append(f"\ntoken billing vs GPU-seconds (price list: {sm['token_billing']['provider']}; USD per million "
                      "output tokens):")
         lines.append(billing.to_string(float_format=lambda x: f"{x:,.3g}"))
+    state = sm.get("state")
+    if state:
+        lines.append(f"replayed: {state.replace('@', ' at ')} taken at the peak — after its notice, before replacements "
+                     "finish their cold start; the routes of that state are the slice's, scaled to its flows")
     lines.append(_attainment(sm, f", goodput {sm['goodput_fraction']:.4f}"))
-    lines.append(f"written: {Path(plan_dir) / 'verify.csv'}")
+    lines.append(f"written: {Path(plan_dir) / ('verify_spot_loss.csv' if state else 'verify.csv')}")
     return "\n".join(lines)
 
 
