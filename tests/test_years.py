@@ -14,6 +14,7 @@ from instances import TINY, US_EAST, brute_force, load_instance
 from optimizer.base.units import HOURS_PER_YEAR
 from optimizer.cli.main import main
 from optimizer.commands.horizon import make_horizon_plan
+from optimizer.commands.report.horizon import write_horizon_report
 from optimizer.results.horizon import Signing
 from optimizer.scenario import load_scenario
 from optimizer.scenario.years import price_paths, year_overrides, year_scenario
@@ -146,6 +147,8 @@ def test_the_multi_year_folder_is_read_by_verify_and_compare(tmp_path, capsys):
     capsys.readouterr()
     assert main(["compare", str(one), str(out)]) == 0
     assert "year-2" in capsys.readouterr().out
+    page = write_horizon_report(out).read_text()
+    assert "Signing schedule" in page and "Cost of each year" in page and 'href="year-2/report.html"' in page
     assert main(["verify", str(out), "--requests", "2000"]) == 0
     assert (out / "year-1" / "verify.csv").is_file() and (out / "year-2" / "verify.csv").is_file()
 

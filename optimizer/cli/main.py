@@ -289,7 +289,15 @@ def cmd_compare(args) -> int:
 @command("report", "write report.html for a plan folder", flags.plan_dir)
 def cmd_report(args) -> int:
     from optimizer.commands.report import write_report
+    from optimizer.commands.report.horizon import write_horizon_report
+    from optimizer.folder.horizon import is_horizon_folder, year_folders
 
+    if is_horizon_folder(args.plan_dir):  # a multi-year plan: each year's report, then the years'
+        for d in year_folders(args.plan_dir):
+            plan_folder_to_update(d)
+            print(f"written: {write_report(d)}")
+        print(f"written: {write_horizon_report(args.plan_dir)}")
+        return 0
     plan_folder_to_update(args.plan_dir)
     print(f"written: {write_report(args.plan_dir)}")
     return 0
