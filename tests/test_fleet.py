@@ -119,3 +119,18 @@ def test_the_report_shows_the_fleet_and_the_churn_it_moved_by():
     assert "The fleet it started from (2027-01-01)" in page and "already signed" in page
     assert "Moving from the previous fleet" in page
     assert "$1,234" in page or "$1,235" in page or "$1.23" in page
+
+
+def test_a_fleet_from_a_csv_and_its_bad_row_named(tmp_path):
+    text = TINY.read_text() + "fleet:\n  contracts: fleet.csv\n"
+    (tmp_path / "s.yaml").write_text(text.replace("horizon:\n", "horizon:\n  start: 2027-01-01\n", 1))
+    (tmp_path / "fleet.csv").write_text("site,gpu,nodes,contract,start,end\n"
+                                        "chicago,h100-sxm,1,reserved,2026-01-01,2028-12-31\n")
+    s, _ = load_scenario(tmp_path / "s.yaml")
+    assert [(r.site, r.nodes, r.end) for r in s.fleet.contracts] == [("chicago", 1, "2028-12-31")]
+    (tmp_path / "fleet.csv").write_text("site,gpu,nodes,contract,start,end\n"
+                                        "chicago,h100-sxm,1,reserved,2026-01-01,2028-12-31\n"
+                                        "chicago,h100-sxm,many,reserved,2026-01-01,2028-12-31\n")
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(tmp_path / "s.yaml")
+    assert "fleet.csv" in str(err.value) and "line 3" in str(err.value) and "nodes" in str(err.value)

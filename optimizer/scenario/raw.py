@@ -23,6 +23,7 @@ from optimizer.base.errors import (
 )
 from optimizer.base.sources import LineDict, Row, read_csv, read_yaml
 from optimizer.scenario.calibration.files import calibration_data
+from optimizer.scenario.fleet import FleetRow
 from optimizer.scenario.sections import DemandRow, MixRow
 from optimizer.scenario.tables import (
     DATA_DIR,
@@ -286,12 +287,13 @@ def _read_diurnal(value, yaml_path: Path, catalogue: Path, origins: dict, warnin
     return profiles
 
 
-def _read_rows_section(value, yaml_path: Path, name: str, warnings: list[str], line: int | None = None) -> list | None:
-    """demand.table / demand.mix given as a CSV path or inline rows → list of dicts."""
+def _read_rows_section(value, yaml_path: Path, name: str, warnings: list[str], line: int | None = None,
+                       section: str = "demand") -> list | None:
+    """demand.table / demand.mix / fleet.contracts given as a CSV path or inline rows → list of dicts."""
     if value is None:
         return None
     if isinstance(value, str):
-        model = DemandRow if name == "table" else MixRow
+        model = FleetRow if section == "fleet" else DemandRow if name == "table" else MixRow
         required, optional = _fields(model)
         table = read_csv(yaml_path.parent / value, required, optional)
         warnings.extend(table.warnings)
@@ -299,12 +301,12 @@ def _read_rows_section(value, yaml_path: Path, name: str, warnings: list[str], l
     if isinstance(value, list):
         for i, v in enumerate(value):
             if not isinstance(v, dict):
-                raise ScenarioError(f"demand.{name}: row {i + 1} should be a mapping of fields, got {v!r}",
-                                    Origin(str(yaml_path), _item_line(value, i) or line), field=f"demand.{name}")
-        return [dict(v, _origin=Origin(str(yaml_path), getattr(v, "line", None), f"demand.{name} row {i + 1}"))
+                raise ScenarioError(f"{section}.{name}: row {i + 1} should be a mapping of fields, got {v!r}",
+                                    Origin(str(yaml_path), _item_line(value, i) or line), field=f"{section}.{name}")
+        return [dict(v, _origin=Origin(str(yaml_path), getattr(v, "line", None), f"{section}.{name} row {i + 1}"))
                 for i, v in enumerate(value)]
-    raise ScenarioError(f"demand.{name} should be a CSV path or a list of rows, got {value!r}",
-                        Origin(str(yaml_path), _line(value, line)), field=f"demand.{name}")
+    raise ScenarioError(f"{section}.{name} should be a CSV path or a list of rows, got {value!r}",
+                        Origin(str(yaml_path), _line(value, line)), field=f"{section}.{name}")
 
 
 def load_raw(path: str | Path | None = None) -> RawScenario:
@@ -376,6 +378,14 @@ def load_raw(path: str | Path | None = None) -> RawScenario:
             for i, row in enumerate(rows):
                 origins[("demand", part, i)] = row.pop("_origin")
             data["demand"][part] = [plain(r) for r in rows]
+    fleet = doc.get("fleet") or {}
+    if isinstance(fleet, dict):
+        rows = _read_rows_section(fleet.get("contracts"), yaml_path, "contracts", warnings,
+                                  _key_line(fleet, "contracts"), section="fleet")
+        for i, row in enumerate(rows or []):
+            origins[("fleet", "contracts", i)] = row.pop("_origin")
+        if rows is not None:
+            data["fleet"]["contracts"] = [{k: v for k, v in plain(r).items() if v not in ("", None)} for r in rows]
     _select_dependent_rows(data, origins, catalogue, warnings)
     return RawScenario(data, origins, yaml_path, warnings)
 

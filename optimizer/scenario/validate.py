@@ -22,6 +22,7 @@ from optimizer.base.errors import (
 from optimizer.scenario.calibration.params import Calibration
 from optimizer.scenario.catalogue import Supply
 from optimizer.scenario.fields import accepted
+from optimizer.scenario.fleet import FleetRow
 from optimizer.scenario.model import Scenario
 from optimizer.scenario.overrides import is_number
 from optimizer.scenario.racks import hostable_supply
@@ -184,6 +185,9 @@ def _validate(raw: RawScenario) -> Scenario:
                 if isinstance(values.get(part), list):  # else the section's validation says what is wrong
                     for i, row in enumerate(values[part]):
                         validate_row(row_model, row, raw.origin("demand", part, i))
+        if name == "fleet" and isinstance(values, dict) and isinstance(values.get("contracts"), list):
+            for i, row in enumerate(values["contracts"]):  # a row's error names its own line (or CSV line)
+                validate_row(FleetRow, row, raw.origin("fleet", "contracts", i))
         try:
             sections[name] = validate_row(model, values, raw.origin(name))
         except ScenarioError as exc:  # at the line of the field itself
