@@ -214,6 +214,31 @@ def test_cli_table_offers_tp2_for_llama70b_bf16(catalogue):
     assert tp4["kv_budget_gb"] == pytest.approx(budget / 1e9)
 
 
+def test_colocated_figures_carry_the_prefill_of_the_prompts(catalogue):
+    """curves' colocated column is osl · min(decode requests/s, prefill lane requests/s) of the
+    colocated replica the plan would build; it never exceeds decode alone, and longer prompts
+    lower it (at 8k-token prompts several times below the decode-only figure)."""
+    from optimizer.scenario import Workload
+    from optimizer.serving.configs import colocated_config, make_replica
+    from optimizer.serving.table import operating_table
+
+    model, gpu, serving = catalogue.models["llama-3.1-70b"], catalogue.accelerators["h100-sxm"], Serving(calibration=NEUTRAL)
+    short, long = (operating_table(model, gpu, serving, isl=isl, osl=500, itl_ms=50, usd_per_gpu_hour=4.0)["configs"]
+                   for isl in (2000, 8000))
+    pairs = [(a, b) for a, b in zip(short, long) if b["colocated_tokens_per_s"] is not None]
+    assert pairs  # some degree serves 8k-token prompts colocated inside the objective
+    for a, b in pairs:
+        assert a["colocated_tokens_per_s"] <= a["decode_tokens_per_s"] + 1e-9
+        assert b["colocated_tokens_per_s"] < a["colocated_tokens_per_s"]
+    tp8 = next(row for row in long if row["tp"] == 8)
+    assert tp8["decode_tokens_per_s"] / tp8["colocated_tokens_per_s"] > 2
+    probe = Workload(id="probe", model=model.id, isl_mean_tokens=8000, isl_p99_tokens=8000, osl_mean_tokens=500,
+                     osl_p99_tokens=500, ttft_p99_ms=1e6, itl_p99_ms=50, peak_requests_per_s_per_million_people=0)
+    c = colocated_config(probe, model, gpu, make_replica(model, gpu, serving, 8, "bf16", "bf16"), serving,
+                         tp8["colocated_chunk_tokens"])
+    assert tp8["colocated_tokens_per_s"] == pytest.approx(500 * min(c.decode_rps, c.lane_rps()))
+
+
 @pytest.mark.parametrize("gpu,p,context", [("h100-sxm", 4, 4096), ("h100-sxm", 8, 8192), ("h200-sxm", 2, 2500),
                                            ("b200", 1, 128_000), ("mi300x", 2, 1)])
 def test_concurrency_ceiling_is_the_hand_floor(catalogue, gpu, p, context):

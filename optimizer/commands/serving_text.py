@@ -11,6 +11,7 @@ CURVE_COLUMNS = [
     ("decode_step_ms", "step ms", ".1f"), ("decode_tokens_per_s", "tok/s", ",.0f"),
     ("usd_per_million_output_tokens", "$/M out", ".3f"), ("knee_batch", "knee", "d"),
     ("floor_usd_per_million_output_tokens", "floor $/M", ".3f"),
+    ("colocated_tokens_per_s", "coloc tok/s", ",.0f"), ("colocated_usd_per_million_output_tokens", "coloc $/M", ".3f"),
 ]
 
 BUDGET_STEPS = (("rtt_ms", "network round trip"), ("overhead_ms", "tokenise + safety + admission"),
@@ -28,6 +29,8 @@ def curves_text(out: dict, model_id: str, gpu_id: str, *, dtype: str, kv_dtype: 
         lines.append(f"the weights of {model_id} do not fit {gpu_id} at any allowed parallel degree")
     else:
         lines.append(text_table(out["configs"], CURVE_COLUMNS))
+        lines.append("tok/s: decode alone at its operating batch; coloc: the same replica also prefilling each "
+                     "request's prompt (chunked), as the plan's colocated pools see it")
     return "\n".join(lines)
 
 

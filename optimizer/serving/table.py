@@ -1,6 +1,7 @@
 """The operating table of a model on an accelerator — what `fleetplan curves` prints and
 what a planner audits: per parallel degree, memory, concurrency ceiling, prefill time,
-decode operating point under an ITL objective and the cost per million output tokens."""
+decode operating point under an ITL objective and the cost per million output tokens — the
+decode-only figures and, beside them, the colocated ones (prefill of the prompts included)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from optimizer.curves.memory import kv_budget_bytes, max_concurrency
 from optimizer.curves.roofline import decode_step_time_s, prefill_time_s
 from optimizer.curves.speculative import break_even_acceptance
 from optimizer.scenario import Accelerator, Model, Serving, Workload
-from optimizer.serving.configs import kv_bytes_per_token, make_replica, parallel_degrees
+from optimizer.serving.configs import colocated_config, kv_bytes_per_token, make_replica, parallel_degrees
 
 
 def operating_table(
@@ -64,6 +65,7 @@ def operating_table(
             "speculative_break_even_acceptance": _nan_to_none(break_even_acceptance(
                 r, max(b, 1), context, serving.speculative.draft_tokens, serving.speculative.draft_cost_ratio)),
         }
+        row.update(colocated_point(probe, model, gpu, r, serving, usd_per_hour))
         if ttft_ms is not None:
             row["ttft_headroom_ms"] = ttft_ms - serving.fixed_overhead_ms - prefill_ms
         rows.append(row)
@@ -79,6 +81,30 @@ def operating_table(
         "usd_per_gpu_hour": usd_per_gpu_hour,
         "configs": rows,
     }
+
+
+def colocated_point(w: Workload, model: Model, gpu: Accelerator, r, serving: Serving, usd_per_hour: float) -> dict:
+    """Decode as a colocated replica sees it: it also prefills every request's prompt (in
+    chunks inside its iterations), so it completes
+
+        rps = min(ρ_max · b / (osl · iteration), 1 / S̄)     (decode side, prefill lane)
+
+    requests/s and outputs rps · osl tokens/s — the best over the serving's chunk sizes, as the
+    plan's colocated pools see it (`optimizer.serving.configs.colocated_at`); none where no
+    batch meets the ITL objective."""
+    best = None
+    for chunk in serving.colocated_chunk_tokens:
+        c = colocated_config(w, model, gpu, r, serving, chunk)
+        if c is None:
+            continue
+        tokens = w.osl_mean_tokens * min(c.decode_rps, c.lane_rps())
+        if best is None or tokens > best[0]:
+            best = (tokens, c)
+    if best is None:
+        return {"colocated_tokens_per_s": None, "colocated_usd_per_million_output_tokens": None}
+    tokens, c = best
+    return {"colocated_tokens_per_s": tokens, "colocated_batch": c.batch, "colocated_chunk_tokens": c.chunk_tokens,
+            "colocated_usd_per_million_output_tokens": float(cost_per_million_tokens_usd(usd_per_hour, tokens))}
 
 
 def _nan_to_none(x):
