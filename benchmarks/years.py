@@ -58,8 +58,7 @@ def years_rows(efforts: list[str], tmp: Path) -> None:
         runs = []
         for i in range(2):
             out = tmp / f"y-{effort}-{i}"
-            wall, first, _ = _fleetplan("plan", str(SCENARIO), "--effort", effort, "--out", str(out), "--no-report",
-                                        "--quiet")
+            wall, first, _ = _fleetplan("plan", str(SCENARIO), "--effort", effort, "--out", str(out), "--no-report")
             runs.append((wall, first, json.loads((out / "horizon.json").read_text()), _digest(out)))
         wall, first, sm, _ = runs[0]
         print(f"| {effort} | {first or float('nan'):.1f} | {wall:.0f} | ${sm['present_cost_usd']:,.0f} | "
