@@ -52,6 +52,7 @@ from optimizer.scenario import (
 from optimizer.scenario.calibration.files import read_calibration
 from optimizer.scenario.calibration.params import PARAMETERS
 from optimizer.scenario.calibration.tables import LIMITS, NUMBERS, read_benchmark_csv
+from optimizer.scenario.experts import ExpertParallel, Mtp
 from optimizer.scenario.fields import accepted, range_text
 from optimizer.scenario.fleet import FleetRow, PricePath, Years
 from optimizer.scenario.spot import Spot
@@ -87,6 +88,8 @@ PLACES = {
     PricePath: lambda d: d["years"]["price_paths"][0],
     Churn: lambda d: d["churn"],
     Spot: lambda d: d["spot"],
+    ExpertParallel: lambda d: d["serving"]["expert_parallel"],
+    Mtp: lambda d: d["serving"]["expert_parallel"]["mtp"],
 }
 # numeric fields with no range of their own, and why
 EXEMPT = {
@@ -105,7 +108,7 @@ SCENARIO = {
     "demand": {"table": [{"metro": "chicago", "workload": "chat", "period": "Y", "hour": 12, "requests_per_s": 10}],
                "mix": [{"metro": "chicago", "workload": "chat", "multiplier": 1}]},
     "network": {"route_factor": 1.45},
-    "serving": {"speculative": {"enabled": True}},
+    "serving": {"speculative": {"enabled": True}, "expert_parallel": {"enabled": True, "mtp": {"enabled": True}}},
     "policy": {"cold_start_minutes": 10},
     "robust": {"demand_factor": 1.25},
     "carbon": {"price_usd_per_t": 0},

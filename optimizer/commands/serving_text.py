@@ -28,7 +28,10 @@ def curves_text(out: dict, model_id: str, gpu_id: str, *, dtype: str, kv_dtype: 
     if not out["configs"]:
         lines.append(f"the weights of {model_id} do not fit {gpu_id} at any allowed parallel degree")
     else:
-        lines.append(text_table(out["configs"], CURVE_COLUMNS))
+        ep = any(row.get("ep") for row in out["configs"])  # layout and fabric columns where EP is offered
+        columns = CURVE_COLUMNS[:1] + [("layout", "layout", "s"), ("fabric", "fabric", "s")] + CURVE_COLUMNS[1:]
+        rows = [{**row, "layout": "EP" if row.get("ep") else "TP"} for row in out["configs"]]
+        lines.append(text_table(rows, columns if ep else CURVE_COLUMNS))
         lines.append("tok/s: decode alone at its operating batch; coloc: the same replica also prefilling each "
                      "request's prompt (chunked), as the plan's colocated pools see it")
     return "\n".join(lines)

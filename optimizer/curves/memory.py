@@ -28,6 +28,12 @@ def kv_replication(model: ModelShape, gpus: int) -> float:
     return max(1.0, gpus / model.kv_heads)
 
 
+def replica_kv_copies(replica: Replica) -> float:
+    """`kv_replication` of a replica; 1 with attention data-parallelism, where each GPU runs
+    whole attention for its own sequences and holds their KV alone."""
+    return 1.0 if replica.attention_dp else kv_replication(replica.model, replica.gpus)
+
+
 def kv_budget_bytes(replica: Replica) -> float:
     """M_kv = p·H·u − N·β_w − p·workspace: HBM left for KV after weights and scratch.
 
@@ -52,7 +58,7 @@ def max_concurrency(replica: Replica, context_tokens, cache_share=0.0):
     (prompt cache); r is the KV replication of `kv_replication`. Zero where nothing fits.
     """
     budget = max(kv_budget_bytes(replica), 0.0)
-    per_seq = replica.kv_bytes_per_token * kv_replication(replica.model, replica.gpus)
+    per_seq = replica.kv_bytes_per_token * replica_kv_copies(replica)
     per_seq = per_seq * np.maximum(np.asarray(context_tokens, dtype=float), 1.0)
     share = np.clip(np.asarray(cache_share, dtype=float), 0.0, 1.0)
     return np.floor(budget * (1.0 - share) / per_seq).astype(int)

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from optimizer.curves.memory import kv_replication
+from optimizer.curves.expert_parallel import ep_comms_s
+from optimizer.curves.memory import replica_kv_copies
 from optimizer.curves.shapes import ModelShape, Replica
 
 
@@ -130,7 +131,8 @@ def collective_time_s(replica: Replica, tokens):
     Dense models do two ring all-reduces per layer (attention and MLP outputs) of
     m = tokens·hidden·β_act bytes, each GPU sending 2(p−1)/p · m.  MoE models do one
     all-reduce (attention) and an all-to-all dispatch + combine per layer, each GPU sending
-    tokens·k·hidden·β_act/p · (p−1)/p bytes each way.  B is the scale-up link when the
+    tokens·k·hidden·β_act/p · (p−1)/p bytes each way; expert-parallel replicas with attention
+    data-parallelism only the all-to-all (`expert_parallel.ep_comms_s`).  B is the scale-up link when the
     replica fits the scale-up domain, else the scale-out NIC (`Replica.link_bytes_per_s`);
     the time of one collective is `collective_s`.  In decode the 2·L latency terms dominate
     — why achieved MBU falls as p grows.
@@ -139,6 +141,8 @@ def collective_time_s(replica: Replica, tokens):
     t = np.asarray(tokens, dtype=float)
     if p <= 1:
         return np.zeros_like(t)
+    if replica.attention_dp:
+        return ep_comms_s(replica, t)
     m = replica.model
     message = t * m.hidden * replica.activation_bytes_per_value
     allreduce = collective_s(replica, 2.0 * (p - 1) / p * message)
@@ -167,7 +171,8 @@ def weight_bytes_read(replica: Replica, tokens_in_step):
 
     Dense: all of N·β_w. MoE: the always-read part plus the distinct experts the step's
     tokens route to; with E experts, top-k routing and T tokens the expected share of
-    experts touched per layer is 1 − (1 − k/E)^T, so small batches read few experts.
+    experts touched per layer is 1 − (1 − k/E)^T, so small batches read few experts. With
+    attention data-parallelism each of the p GPUs reads its own copy of the always-read part.
     """
     m = replica.model
     beta = replica.weight_bytes_per_param
@@ -175,7 +180,8 @@ def weight_bytes_read(replica: Replica, tokens_in_step):
         return np.full_like(np.asarray(tokens_in_step, dtype=float), m.params_total * beta)
     t = np.asarray(tokens_in_step, dtype=float)
     touched = 1.0 - (1.0 - m.experts_per_token / m.experts) ** t
-    return (m.params_always_read + m.experts * m.params_per_expert * touched) * beta
+    copies = replica.gpus if replica.attention_dp else 1  # attention data-parallel: each GPU reads its own copy
+    return (copies * m.params_always_read + m.experts * m.params_per_expert * touched) * beta
 
 
 def decode_step_parts(replica: Replica, batch, context_tokens, tokens_per_sequence=1):
@@ -186,7 +192,7 @@ def decode_step_parts(replica: Replica, batch, context_tokens, tokens_per_sequen
     c = np.asarray(context_tokens, dtype=float)
     tokens = b * tokens_per_sequence
     eff = replica.eff
-    kv_read = eff.attention_factor * b * c * replica.kv_bytes_per_token * kv_replication(m, p)
+    kv_read = eff.attention_factor * b * c * replica.kv_bytes_per_token * replica_kv_copies(replica)
     memory = (weight_bytes_read(replica, tokens) + kv_read) / (p * replica.hw.hbm_bytes_per_s * eff.decode_mbu)
     d_qk, d_v = m.attention_dims
     flops = (linear_flops(m, tokens, eff.moe_load_factor)
@@ -227,12 +233,11 @@ def mixed_step_time_s(replica: Replica, batch, context_tokens, chunk_tokens, chu
     This is the iteration a decode token waits for whenever a prompt is being prefilled
     beside it — the ITL interference of colocated serving.
     """
-    m = replica.model
     p = replica.gpus
     memory, compute, _ = decode_step_parts(replica, batch, context_tokens)
     ctx = np.asarray(chunk_context_tokens, dtype=float)
     compute = compute + prefill_compute_s(replica, ctx + chunk_tokens, ctx)
-    memory = memory + replica.eff.attention_factor * ctx * replica.kv_bytes_per_token * kv_replication(m, p) / (
+    memory = memory + replica.eff.attention_factor * ctx * replica.kv_bytes_per_token * replica_kv_copies(replica) / (
         p * replica.hw.hbm_bytes_per_s * replica.eff.decode_mbu
     )
     tokens = np.asarray(batch, dtype=float) + chunk_tokens

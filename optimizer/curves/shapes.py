@@ -118,6 +118,7 @@ class Efficiency:
     small_link_share: float = 1.0
     pcie_p2p_gpus: int = 8
     nic_efficiency: float = 0.7
+    scaleout_latency_s: float = 10e-6
     roofline_sharpness: float
     attention_factor: float = 1.0
     moe_load_factor: float = 1.0
@@ -135,10 +136,17 @@ class Replica:
     kv_bytes_per_value: float = 2.0
     activation_bytes_per_value: float = 2.0
     precision: tuple[str, str] = ("bf16", "bf16")  # (weight, KV) format names, for labels; the bytes above count
+    attention_dp: bool = False  # expert parallel: experts sharded, attention replicated per GPU (`expert_parallel`)
 
     @property
     def weight_bytes(self) -> float:
-        return self.model.params_total * self.weight_bytes_per_param
+        """N·β_w; with attention data-parallelism every GPU holds the always-read weights and the
+        experts are sharded: (p·(N − E·e) + E·e)·β_w."""
+        m = self.model
+        if self.attention_dp and m.is_moe:
+            experts = m.experts * m.params_per_expert
+            return (self.gpus * m.params_always_read + experts) * self.weight_bytes_per_param
+        return m.params_total * self.weight_bytes_per_param
 
     @property
     def kv_bytes_per_token(self) -> float:

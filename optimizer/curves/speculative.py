@@ -21,6 +21,14 @@ def expected_tokens_per_step(acceptance, draft_tokens: int):
     return np.where(np.isclose(a, 1.0), k + 1.0, e)
 
 
+def mtp_tokens_per_step(acceptance_rates) -> float:
+    """MTP with drafts j = 1 … k accepted with probability α_j given the ones before:
+    E = 1 + Σ_j Π_{i ≤ j} α_i (one guaranteed token plus the acceptance-weighted drafts);
+    with equal rates `expected_tokens_per_step`. DeepSeek-V3's one MTP draft at 0.85: 1.85."""
+    chain = np.cumprod(np.asarray(acceptance_rates, dtype=float))
+    return float(1.0 + chain.sum())
+
+
 def speculative_step_time_s(replica: Replica, batch, context_tokens, draft_tokens: int, draft_cost_ratio: float):
     """One speculative iteration: the target verifies k+1 tokens per sequence and the draft
     runs k steps, each costing ``draft_cost_ratio`` × a plain target step at that batch:

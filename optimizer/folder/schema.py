@@ -107,6 +107,9 @@ TABLE_COLUMNS: dict[str, tuple[Column, ...]] = {
         Column("prefill_batch_tokens", "int", 0, 10_000_000, default=0),
         # empty in folders written before precisions were a choice: the workload's own
         *(Column(name, "text", empty=True, default="") for name in ("weight_dtype", "kv_dtype")),
+        # expert-parallel configs only (serving.expert_parallel): plans without them keep their tables
+        Column("expert_parallel", "bool", default=False, sparse=True),
+        Column("fabric", "text", empty=True, default="", sparse=True),
     ),
     "nodes": (
         _text("site"), _text("gpu"), *SLICE, _float("weight_hours", 0, 8784), _int("gpus_in_replicas", 0, MAX_NODES * 72),

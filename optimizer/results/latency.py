@@ -49,6 +49,7 @@ from optimizer.curves.tail import (
 )
 from optimizer.serving.budget import Stages, TtftPath, path
 from optimizer.serving.configs import ServingConfig, make_replica
+from optimizer.serving.experts import speculation
 
 SLICE = ["period", "day_type", "hour"]
 TIER_KEYS = ["site", "workload", "tier", *SLICE]
@@ -102,11 +103,12 @@ class Predictor:
             s = self.s
             w = s.workloads[c.workload]
             m = s.models[w.model]
-            r = make_replica(m, s.accelerators[c.gpu], s.serving, c.gpus, c.weight_dtype, c.kv_dtype)
+            r = make_replica(m, s.accelerators[c.gpu], s.serving, c.gpus, c.weight_dtype, c.kv_dtype,
+                             expert_parallel=c.expert_parallel)
             isl = LengthDistribution(w.isl_mean_tokens, w.isl_p99_tokens, m.max_context)
             osl = LengthDistribution(w.osl_mean_tokens, w.osl_p99_tokens, m.max_context)
             context, spread = inflight_context(w.isl_mean_tokens, isl.sigma, osl.mu, osl.sigma)
-            spec = s.serving.speculative
+            spec = speculation(s.serving, c.expert_parallel)
             if c.speculative:
                 def step(b, ctx):
                     return speculative_step_time_s(r, b, ctx, spec.draft_tokens, spec.draft_cost_ratio)

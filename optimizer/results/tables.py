@@ -93,4 +93,7 @@ def _curves_table(inst: Instance, sol) -> pd.DataFrame:
         c["service_mean_ms"] = c.pop("service_mean_s") * MS_PER_S
         c["nic_gb_s"] = c.pop("nic_bytes_per_s") / 1e9
         rows.append(c)
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    if frame.empty or not frame["expert_parallel"].any():  # only plans with expert-parallel configs carry them
+        frame = frame.drop(columns=["expert_parallel", "fabric"], errors="ignore")
+    return frame

@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from optimizer.base.contracts import RESERVED_POLICY_KEYS
 from optimizer.base.units import DAYS_PER_YEAR
 from optimizer.scenario.calibration.params import PARAMETERS, Calibration, shipped_calibration
+from optimizer.scenario.experts import ExpertParallel
 from optimizer.scenario.fields import Strict, bounded, fraction_before, fraction_check
 from optimizer.scenario.fleet import iso_date
 
@@ -223,6 +224,7 @@ class Serving(Strict):
         description="new-token budgets of batched prefill passes offered beside one prompt at a time (disaggregated)",
         why="no context window holds more per pass")
     speculative: Speculative = Field(default_factory=Speculative)
+    expert_parallel: ExpertParallel = Field(default_factory=ExpertParallel)
     tokenization_ms: float = bounded(3.0, ge=0, le=60_000, unit="ms", description="tokenising the prompt",
                                      why="a minute is the longest inter-token objective")
     safety_ms: float = bounded(15.0, ge=0, le=60_000, unit="ms", description="input safety classifier",

@@ -109,7 +109,7 @@ class Stages:
         if c.id not in self._replicas:
             w = self.s.workloads[c.workload]
             self._replicas[c.id] = make_replica(self.s.models[w.model], self.s.accelerators[c.gpu], self.s.serving,
-                                                c.gpus, c.weight_dtype, c.kv_dtype)
+                                                c.gpus, c.weight_dtype, c.kv_dtype, expert_parallel=c.expert_parallel)
         return self._replicas[c.id]
 
     def prompts(self, workload: str) -> Prompts:

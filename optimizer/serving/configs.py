@@ -14,6 +14,8 @@ Rules (reasons in the README's "Modelling choices"):
   `Serving.prefill_batch_tokens`, packs the waiting prompts into passes of up to B new
   tokens (`optimizer.curves.prefill_batch`); the configs compete like any others;
 - the p99 prompt is assumed a cache miss unless nearly every request hits;
+- with ``serving.expert_parallel`` on, a MoE model is also offered expert-parallel decode
+  replicas (`optimizer.serving.experts`: EP degrees, MTP, the fabric in the config);
 - every (weight, KV) precision the workload accepts (`Workload.precisions`) and the part serves
   (`Accelerator.precisions`, `kv_precisions`) gives configs of its own, at the bytes and matmul
   rate of `optimizer.base.precision`; a precision other than the workload's own tags the id.
@@ -30,8 +32,9 @@ from optimizer.base.precision import bytes_per_value, matmul_flops, runs_nativel
 from optimizer.base.units import MS_PER_S, Role
 from optimizer.curves.batching import decode_operating_point
 from optimizer.curves.cache import cache_kv_share, p99_cached_tokens
+from optimizer.curves.expert_parallel import fabric
 from optimizer.curves.lengths import LengthDistribution, service_moments
-from optimizer.curves.memory import kv_budget_bytes, kv_replication, max_concurrency
+from optimizer.curves.memory import kv_budget_bytes, max_concurrency, replica_kv_copies
 from optimizer.curves.prefill_batch import full_pass_s, p99_pass_s
 from optimizer.curves.roofline import (
     decode_step_time_s,
@@ -45,6 +48,7 @@ from optimizer.curves.speculative import (
 )
 from optimizer.curves.transfer import replica_nic_bytes_per_s
 from optimizer.scenario import Accelerator, Model, Scenario, Serving, Workload
+from optimizer.serving.experts import ep_degrees, kv_receive_bytes_per_s, speculation
 
 MIN_BATCH_PROMPTS = 1.5  # a batching budget whose full pass holds fewer prompts on average gains too little
 
@@ -119,6 +123,7 @@ def efficiency(s: Serving, accelerator: str = "*", dtype: str = "bf16") -> Effic
         small_link_share=v["small_link_share"],
         pcie_p2p_gpus=int(v["pcie_p2p_gpus"]),
         nic_efficiency=s.nic_efficiency,
+        scaleout_latency_s=s.expert_parallel.scaleout_latency_us / 1e6,
         roofline_sharpness=v["roofline_sharpness"],
         attention_factor=v["attention_factor"],
         moe_load_factor=v["moe_load_factor"],
@@ -155,8 +160,10 @@ def parallel_degrees(m: Model, a: Accelerator, s: Serving) -> list[int]:
     return degrees
 
 
-def make_replica(m: Model, a: Accelerator, s: Serving, gpus: int, weight_dtype: str, kv_dtype: str) -> Replica | None:
-    """A replica at weight and KV precisions; None where the part serves either not."""
+def make_replica(m: Model, a: Accelerator, s: Serving, gpus: int, weight_dtype: str, kv_dtype: str,
+                 expert_parallel: bool = False) -> Replica | None:
+    """A replica at weight and KV precisions (``expert_parallel``: experts sharded, attention
+    data-parallel); None where the part serves either not."""
     hw = hardware(a, weight_dtype)
     if hw is None or kv_dtype not in a.kv_precisions():
         return None
@@ -164,6 +171,7 @@ def make_replica(m: Model, a: Accelerator, s: Serving, gpus: int, weight_dtype: 
         model_shape(m), hw, efficiency(s, a.id, calibration_dtype(a, weight_dtype)), gpus,
         weight_bytes_per_param=bytes_per_value(weight_dtype),
         kv_bytes_per_value=bytes_per_value(kv_dtype), precision=(weight_dtype, kv_dtype),
+        attention_dp=bool(expert_parallel),
     )
 
 
@@ -203,6 +211,8 @@ class ServingConfig:
     batch_pass_ms: float = 0.0  # batched prefill: time of a full pass (S_B)
     weight_dtype: str = "bf16"  # the precision this config serves at (`optimizer.base.precision`)
     kv_dtype: str = "bf16"
+    expert_parallel: bool = False  # experts sharded, attention data-parallel (`optimizer.serving.experts`)
+    fabric: str = ""  # expert parallel: the fabric its all-to-all crosses (scale-up / scale-out)
 
     def batching(self) -> dict:
         """The batching arguments of `optimizer.curves.queueing`'s wait and capacity functions."""
@@ -234,9 +244,11 @@ def _base(w: Workload, a: Accelerator, r: Replica, role: str, tag: str, s: Servi
         gpu=a.id,
         gpus=r.gpus,
         role=role,
-        nic_bytes_per_s=replica_nic_bytes_per_s(r.gpus, r.hw.nic_bytes_per_s, r.eff.nic_efficiency),
+        nic_bytes_per_s=kv_receive_bytes_per_s(r) if r.attention_dp
+        else replica_nic_bytes_per_s(r.gpus, r.hw.nic_bytes_per_s, r.eff.nic_efficiency),
         kv_budget_gb=kv_budget_bytes(r) / 1e9,
         weights_gb_per_gpu=r.weight_bytes / r.gpus / 1e9,
+        **({"expert_parallel": True, "fabric": fabric(r)} if r.attention_dp else {}),
     )
 
 
@@ -252,7 +264,7 @@ def prefill_config(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving
     `prefill_batch.p99_pass_s`."""
     isl, _ = _lengths(w, m)
     in_pass = max(w.isl_p99_tokens, batch_tokens)
-    kv_need = (in_pass + s.resident_prefixes * w.shared_prefix_tokens) * r.kv_bytes_per_token * kv_replication(r.model, r.gpus)
+    kv_need = (in_pass + s.resident_prefixes * w.shared_prefix_tokens) * r.kv_bytes_per_token * replica_kv_copies(r)
     if check_fit and kv_budget_bytes(r) < kv_need:
         return None
     cached_p99 = p99_cached_tokens(w.prompt_cache_hit_rate, w.shared_prefix_tokens, w.slo_attainment)
@@ -288,7 +300,7 @@ def _decode_step(w: Workload, r: Replica, s: Serving, speculative: bool):
 
     Plain: step(b); speculative: T_spec(b) = verify(k+1) + k·ρ_d·step, E tokens per step."""
     context = w.isl_mean_tokens + w.osl_mean_tokens / 2.0
-    spec = s.speculative
+    spec = speculation(s, r.attention_dp)
     if speculative:
         def step_of(b):
             return speculative_step_time_s(r, b, context, spec.draft_tokens, spec.draft_cost_ratio)
@@ -305,7 +317,8 @@ def decode_at(w: Workload, a: Accelerator, r: Replica, s: Serving, speculative: 
     b_max = int(max_concurrency(r, w.isl_mean_tokens + w.osl_mean_tokens))
     step_of, per_step = _decode_step(w, r, s, speculative)
     step = float(step_of(batch))
-    tag = ("decode+spec" if speculative else "decode") + ("" if speed == 1.0 else f"@{speed:g}")
+    draft = ("+mtp" if r.attention_dp else "+spec") if speculative else ""
+    tag = "decode" + ("-ep" if r.attention_dp else "") + draft + ("" if speed == 1.0 else f"@{speed:g}")
     return ServingConfig(
         **_base(w, a, r, "decode", tag, s), speed=speed,
         batch=batch, speculative=speculative, step_ms=step * MS_PER_S, itl_p99_ms=s.itl_tail_factor * step * MS_PER_S,
@@ -334,7 +347,7 @@ def _iteration(w: Workload, r: Replica, chunk: int):
 def _colocated_ceiling(w: Workload, r: Replica, s: Serving) -> int:
     """The batch the KV budget holds beside the resident shared prefixes."""
     share = cache_kv_share(s.resident_prefixes, w.shared_prefix_tokens,
-                           r.kv_bytes_per_token * kv_replication(r.model, r.gpus), kv_budget_bytes(r))
+                           r.kv_bytes_per_token * replica_kv_copies(r), kv_budget_bytes(r))
     return int(max_concurrency(r, w.isl_mean_tokens + w.osl_mean_tokens, share))
 
 
@@ -416,7 +429,8 @@ def config_at(c, s: Scenario) -> ServingConfig | None:
     get = (lambda k: getattr(c, k)) if isinstance(c, ServingConfig) else (lambda k: c[k])
     w = s.workloads[get("workload")]
     m, a = s.models[w.model], s.accelerators[get("gpu")]
-    r = make_replica(m, a, s.serving, int(get("gpus")), *config_precision(c, w))
+    r = make_replica(m, a, s.serving, int(get("gpus")), *config_precision(c, w),
+                     expert_parallel=str(get("expert_parallel")).lower() in ("true", "1", "1.0"))
     if r is None or kv_budget_bytes(r) <= 0:
         return None
     role = get("role")
@@ -447,7 +461,22 @@ def workload_configs(w: Workload, m: Model, a: Accelerator, s: Serving) -> list[
                     out.append(decode_config(w, m, a, r, s, speculative=True, speed=speed))
         if "colocated" in s.modes:
             out.extend(colocated_config(w, m, a, r, s, c) for c in s.colocated_chunk_tokens)
-    return [c for c in out if c is not None]
+    return [c for c in out + _expert_parallel_configs(w, m, a, s) if c is not None]
+
+
+def _expert_parallel_configs(w: Workload, m: Model, a: Accelerator, s: Serving) -> list[ServingConfig | None]:
+    """Expert-parallel decode replicas (disaggregated only: their prompts are prefilled by the
+    workload's prefill pools), plain and with MTP where enabled."""
+    if "disaggregated" not in s.modes:
+        return []
+    out = []
+    for gpus, (weight, kv) in ((g, p) for p in w.precisions for g in ep_degrees(m, a, s)):
+        r = make_replica(m, a, s, gpus, weight, kv, expert_parallel=True)
+        if r is None or kv_budget_bytes(r) <= 0:
+            continue
+        for speed in s.decode_speeds:
+            out += [decode_config(w, m, a, r, s, spec, speed) for spec in (False, True)[:1 + s.expert_parallel.mtp.enabled]]
+    return out
 
 
 def decode_floor_ms(w: Workload, m: Model, a: Accelerator, s: Serving) -> float:

@@ -10,11 +10,13 @@ import numpy as np
 from optimizer.base.units import MS_PER_S
 from optimizer.curves.batching import batching_knee, decode_operating_point
 from optimizer.curves.economics import cost_per_million_tokens_usd
+from optimizer.curves.expert_parallel import fabric
 from optimizer.curves.memory import kv_budget_bytes, max_concurrency
 from optimizer.curves.roofline import decode_step_time_s, prefill_time_s
 from optimizer.curves.speculative import break_even_acceptance
 from optimizer.scenario import Accelerator, Model, Serving, Workload
 from optimizer.serving.configs import colocated_config, kv_bytes_per_token, make_replica, parallel_degrees
+from optimizer.serving.experts import ep_degrees
 
 
 def operating_table(
@@ -29,15 +31,18 @@ def operating_table(
     kv_dtype: str = "bf16",
     ttft_ms: float | None = None,
 ) -> dict:
-    """One row per parallel degree whose weights fit. Decode runs at the mean context
-    (prompt + half the output) with KV reserved for prompt + output per slot."""
+    """One row per parallel degree whose weights fit, then per expert-parallel degree where
+    ``serving.expert_parallel`` offers them (``ep``; ``fabric``: what its collectives cross).
+    Decode runs at the mean context (prompt + half the output) with KV reserved for
+    prompt + output per slot."""
     probe = Workload(id="probe", model=model.id, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                      isl_mean_tokens=isl, isl_p99_tokens=isl, osl_mean_tokens=osl, osl_p99_tokens=osl,
                      ttft_p99_ms=ttft_ms or 1e6, itl_p99_ms=itl_ms, peak_requests_per_s_per_million_people=0)
     rows = []
     context = isl + osl / 2.0
-    for p in parallel_degrees(model, gpu, serving):
-        r = make_replica(model, gpu, serving, p, weight_dtype, kv_dtype)
+    layouts = [(p, False) for p in parallel_degrees(model, gpu, serving)]
+    for p, ep in layouts + [(p, True) for p in ep_degrees(model, gpu, serving)]:
+        r = make_replica(model, gpu, serving, p, weight_dtype, kv_dtype, expert_parallel=ep)
         if r is None:
             raise ValueError(f"{gpu.id} has no {weight_dtype} support")
         if kv_budget_bytes(r) <= 0:
@@ -51,6 +56,8 @@ def operating_table(
         prefill_ms = float(prefill_time_s(r, isl)) * MS_PER_S
         row = {
             "tp": p,
+            "ep": ep,
+            "fabric": fabric(r) if p > 1 else "",
             "weights_gb_per_gpu": r.weight_bytes / p / 1e9,
             "kv_budget_gb": kv_budget_bytes(r) / 1e9,
             "max_concurrency": b_max,
@@ -65,7 +72,8 @@ def operating_table(
             "speculative_break_even_acceptance": _nan_to_none(break_even_acceptance(
                 r, max(b, 1), context, serving.speculative.draft_tokens, serving.speculative.draft_cost_ratio)),
         }
-        row.update(colocated_point(probe, model, gpu, r, serving, usd_per_hour))
+        row.update(colocated_point(probe, model, gpu, r, serving, usd_per_hour) if not ep else  # EP: decode only
+                   {"colocated_tokens_per_s": None, "colocated_usd_per_million_output_tokens": None})
         if ttft_ms is not None:
             row["ttft_headroom_ms"] = ttft_ms - serving.fixed_overhead_ms - prefill_ms
         rows.append(row)

@@ -31,12 +31,13 @@ from optimizer.commands.verify.replicas import PoolSpec
 from optimizer.commands.verify.steps import StepModel, TabulatedSteps
 from optimizer.curves.cache import cache_kv_share
 from optimizer.curves.lengths import LengthDistribution
-from optimizer.curves.memory import kv_budget_bytes, kv_replication
+from optimizer.curves.memory import kv_budget_bytes, replica_kv_copies
 from optimizer.curves.prefill_batch import pass_time_s
 from optimizer.curves.roofline import prefill_time_s
 from optimizer.curves.speculative import expected_tokens_per_step
 from optimizer.results.latency import flow_shares
 from optimizer.serving.configs import config_precision, kv_bytes_per_token, make_replica
+from optimizer.serving.experts import speculation
 
 # ITL histogram: bin 0 holds zero gaps (tokens of one speculative step after its first);
 # bin i ≥ 1 holds gaps in [G0·R^(i−1), G0·R^i) ms — quantiles are read to within 0.1 %.
@@ -123,14 +124,14 @@ class PlanModel:
             c = self.curves[cid]
             w = self.s.workloads[c["workload"]]
             r = make_replica(self.s.models[w.model], self.s.accelerators[c["gpu"]], self.s.serving, int(c["gpus"]),
-                             *config_precision(c, w))
+                             *config_precision(c, w), expert_parallel=_truthy(c.get("expert_parallel", False)))
             self._cache[("r", cid)] = r
         return self._cache[("r", cid)]
 
     def steps(self, cid: str) -> StepModel:
         if ("s", cid) not in self._cache:
             c = self.curves[cid]
-            spec = self.s.serving.speculative
+            spec = speculation(self.s.serving, _truthy(c.get("expert_parallel", False)))
             speculative = _truthy(c["speculative"]) and c["role"] == Role.DECODE
             steps = StepModel(self.replica(cid), (spec.draft_tokens, spec.draft_cost_ratio) if speculative else None)
             self._cache[("s", cid)] = steps if self.exact_steps else TabulatedSteps(steps)
@@ -140,9 +141,9 @@ class PlanModel:
         c = self.curves[cid]
         r = self.replica(cid)
         w = self.s.workloads[c["workload"]]
-        kvt = r.kv_bytes_per_token * kv_replication(r.model, r.gpus)
+        kvt = r.kv_bytes_per_token * replica_kv_copies(r)
         budget = kv_budget_bytes(r)
-        spec = self.s.serving.speculative
+        spec = speculation(self.s.serving, r.attention_dp)
         if c["role"] == Role.COLOCATED:
             share = cache_kv_share(self.s.serving.resident_prefixes, w.shared_prefix_tokens, kvt, budget)
             return PoolSpec(replicas, int(c["batch"]), budget * (1.0 - share), kvt, self.steps(cid),
@@ -292,15 +293,14 @@ def _flows(routes, rates, entry, decode) -> _Flows:
 def _steady_states(model: PlanModel, w, entry, decode, pool_rate: dict) -> dict:
     """The steady state of every batching pool with replicas (`steady_state`): the warm start,
     and how long warm-up and cool-down last."""
-    draft = model.s.serving.speculative
-    tokens_per_step = float(expected_tokens_per_step(draft.acceptance_rate, draft.draft_tokens))
     steady = {}
     for key, rate in pool_rate.items():
         pool = entry[key[1]] if key[0] == "entry" else decode[key[1]]
         if pool.replicas <= 0:
             continue
         spec = model.pool_spec(pool.config, pool.replicas)
-        steady[key] = steady_state(spec, rate / pool.replicas, w, tokens_per_step if spec.speculative else 1.0)
+        per_step = float(expected_tokens_per_step(spec.speculative[1], spec.speculative[0])) if spec.speculative else 1.0
+        steady[key] = steady_state(spec, rate / pool.replicas, w, per_step)
     return steady
 
 
