@@ -102,6 +102,13 @@ def test_a_dearer_tier_or_cheaper_prefill_never_buys_more_hits():
     assert all(a >= b for a, b in zip(hits, hits[1:])) and hits[-1] == 0.0
 
 
+def test_a_fixed_tier_size_is_kept():
+    tier = Tier("t", 1e6, 40.0, 1.0, 1.0 / HOURS_PER_MONTH, fixed_gb_per_rps=0.25)
+    got = _size([tier])
+    assert got.capacity_bytes_per_rps == (0.25e9,)
+    assert got.hit_rate == pytest.approx(hit_rate(0.25e9, 0.6, 100.0, 1.0, 1000.0, 1000.0))
+
+
 def test_a_tier_too_slow_for_the_objective_is_not_offered():
     # a read of 500 tokens · 1,000 B at 0.001 GB/s takes 500 ms > 10 % of a 1,000 ms TTFT
     got = _size([_tier("slow", 0.001, bandwidth=0.001)])

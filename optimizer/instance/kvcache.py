@@ -12,8 +12,9 @@ workload's mean over peak demand (capacity is held for the peak, hits are saved 
 request) and v the prefill $ one hit saves: the cheapest accelerator's GPU-seconds
 (t(s̄, 0) − t(s̄, s_p)) · gpus · $/GPU-h / 3600 at its cheapest contract term, over
 ``prefill_utilization`` (a GPU is not busy every second it is paid for). A tier whose read of s_p takes more than
-``max_read_share_of_ttft`` of the workload's p99 TTFT is not offered. Ties go to the first
-combination in grid order (the smaller capacities).
+``max_read_share_of_ttft`` of the workload's p99 TTFT is not offered; a tier with
+``fixed_gb_per_rps`` has that one capacity (a sweep). Ties go to the first combination in
+grid order (the smaller capacities).
 
 The plan then runs with each workload's hit rate hit(Σ c_k), its prefix s_p and its p99 TTFT
 less the slowest read among the tiers it was given (`with_kv_cache`): the prefill pools are
@@ -110,8 +111,9 @@ def size_workload(workload: str, tiers: list[Tier], reuse: Reuse, prompt_tokens:
     reads = [read_time_ms(cached, kv_bytes, t.bandwidth_gb_per_s, t.latency_ms) for t in tiers]
     d50 = reuse.median_reuse_s * prompt_tokens * kv_bytes
     steps = np.concatenate(([0.0], d50 * np.exp2(GRID_EXPONENTS)))
-    options = [steps if r <= max_read_share * ttft_ms and cached > 0 and reuse.reuse_probability > 0 else np.zeros(1)
-               for r in reads]
+    usable = [r <= max_read_share * ttft_ms and cached > 0 and reuse.reuse_probability > 0 for r in reads]
+    options = [np.zeros(1) if not ok else steps if t.fixed_gb_per_rps is None else np.array([t.fixed_gb_per_rps * 1e9])
+               for t, ok in zip(tiers, usable)]
     combos = np.array(list(itertools.product(*options)))  # (combinations, tiers)
     price = np.array([t.usd_per_gb_hour / 1e9 for t in tiers])
     hit = hit_rate(combos.sum(axis=1), reuse.reuse_probability, reuse.median_reuse_s, reuse.reuse_sigma,

@@ -42,6 +42,10 @@ class TierSpec(Strict):
                                        why="above 10 s no objective survives")
     usd_per_gb_month: float | None = bounded(None, ge=0, le=1e4, unit="$/GB-month", description="price of a GB held",
                                              why="above HBM bought outright")
+    fixed_gb_per_rps: float | None = bounded(None, ge=0, le=1e6, unit="GB per request/s",
+                                             description="the tier's capacity per request/s at the peak, fixed "
+                                             "for every workload it may serve (a sweep); empty: sized",
+                                             why="a million GB per request/s is beyond any reuse")
 
     @classmethod
     def named(cls, value):
@@ -83,6 +87,7 @@ class Tier:
     bandwidth_gb_per_s: float
     latency_ms: float
     usd_per_gb_hour: float
+    fixed_gb_per_rps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -109,7 +114,7 @@ def resolved_tiers(kv: KvCache) -> list[Tier]:
         row = rows.loc[t.id]
         pick = lambda name: float(getattr(t, name) if getattr(t, name) is not None else row[name])  # noqa: E731
         out.append(Tier(t.id, pick("capacity_gb"), pick("bandwidth_gb_per_s"), pick("latency_ms"),
-                        pick("usd_per_gb_month") / HOURS_PER_MONTH))
+                        pick("usd_per_gb_month") / HOURS_PER_MONTH, t.fixed_gb_per_rps))
     if len({t.id for t in out}) != len(out):
         raise ScenarioError("kv_cache.tiers names a tier twice; expected each tier once", field="kv_cache.tiers")
     return out
