@@ -34,7 +34,7 @@ def everything(tmp_path_factory):
 def test_the_catalogue_files_are_known():
     known = {spec.file for spec in TABLES.values()} | {"diurnal.csv", "latency_reference.csv", "token_prices.csv",
                                                         "serving_calibration.csv", "price_scenarios.csv",
-                                                        "spot.csv", "spot_availability.csv"}
+                                                        "spot.csv", "spot_availability.csv", "kv_tiers.csv", "kv_reuse.csv"}
     assert set(CSV_FILES) == known
 
 

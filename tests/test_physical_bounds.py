@@ -55,6 +55,7 @@ from optimizer.scenario.calibration.tables import LIMITS, NUMBERS, read_benchmar
 from optimizer.scenario.experts import ExpertParallel, Mtp
 from optimizer.scenario.fields import accepted, range_text
 from optimizer.scenario.fleet import FleetRow, PricePath, Years
+from optimizer.scenario.kvcache import KvCache, ReuseSpec, TierSpec
 from optimizer.scenario.spot import Spot
 
 VALUES = [0, -1, 1e308, 1e-300, math.nan, math.inf, -math.inf]
@@ -90,6 +91,9 @@ PLACES = {
     Spot: lambda d: d["spot"],
     ExpertParallel: lambda d: d["serving"]["expert_parallel"],
     Mtp: lambda d: d["serving"]["expert_parallel"]["mtp"],
+    KvCache: lambda d: d["kv_cache"],
+    TierSpec: lambda d: d["kv_cache"]["tiers"][0],
+    ReuseSpec: lambda d: d["kv_cache"]["workloads"]["chat"],
 }
 # numeric fields with no range of their own, and why
 EXEMPT = {
@@ -104,6 +108,7 @@ SCENARIO = {
                              "end": "2030-01-01"}]},
     "churn": {"growth_nodes": 1},
     "spot": {"enabled": False},
+    "kv_cache": {"tiers": [{"id": "nvme"}], "workloads": {"chat": {"median_reuse_s": 60}}},
     "years": {"discount_rate": 0.08, "price_paths": [{"name": "mine", "factors": [1.0, 0.9]}]},
     "demand": {"table": [{"metro": "chicago", "workload": "chat", "period": "Y", "hour": 12, "requests_per_s": 10}],
                "mix": [{"metro": "chicago", "workload": "chat", "multiplier": 1}]},

@@ -18,7 +18,9 @@ from optimizer.geography.network import build_graph, rtt_matrix
 from optimizer.instance.build import Instance, build_instance
 from optimizer.instance.checks import preflight
 from optimizer.instance.churn import limits_from
+from optimizer.instance.kvcache import size_kv_cache, with_kv_cache
 from optimizer.results import Plan
+from optimizer.results.kvcache import kv_cache_summary
 from optimizer.results.robust import to_nominal_world
 from optimizer.results.summary import plan_summary
 from optimizer.results.tables import plan_tables
@@ -155,6 +157,8 @@ def plan_instance(s: Scenario, raw: RawScenario, settings: SolverSettings, *, al
                   cache=None, previous: tuple[dict, dict] | None = None) -> tuple[Plan, Instance]:
     """`plan_scenario`, with the instance it planned (its prices and contracts)."""
     say = progress or (lambda msg: None)
+    sized = size_kv_cache(s)  # KV-cache tiers (kv_cache:): the hit rates the plan runs with
+    s = with_kv_cache(s, sized)
     preflight(s, raw)
     rtt = rtt_matrix(build_graph(s, raw.path.parent), s)
     inst = build_instance(s, rtt)
@@ -164,6 +168,8 @@ def plan_instance(s: Scenario, raw: RawScenario, settings: SolverSettings, *, al
     result = solve(inst, settings, progress, cache)
     tables = plan_tables(s, inst, result)
     summary = plan_summary(s, raw, inst, result, tables, settings)
+    if sized is not None:
+        summary["kv_cache"] = kv_cache_summary(s, sized, inst, tables["routing"], summary["total_cost_usd"])
     if summary["unserved_fraction"] > UNSERVED_TOLERANCE and not allow_unserved:
         if result.status == "time_limit":
             raise TimeLimitNoPlanError(

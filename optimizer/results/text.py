@@ -7,6 +7,7 @@ from pathlib import Path
 
 from optimizer.results.churn import churn_lines
 from optimizer.results.fleet import fleet_lines
+from optimizer.results.kvcache import kv_cache_lines
 from optimizer.results.spot import spot_line
 
 
@@ -64,6 +65,7 @@ def plan_text(sm: dict, out) -> str:
         *fleet_lines(sm.get("fleet")),
         *churn_lines(sm.get("churn")),
         *spot_line(sm.get("spot")),
+        *kv_cache_lines(sm.get("kv_cache")),
     ]
     lines += _robust_lines(sm)
     lines += _baseline_lines(sm)

@@ -7,6 +7,7 @@ from pydantic import Field
 from optimizer.scenario.catalogue import Accelerator, GridCarbon, Metro, Model, Owned, Price, Site, Supply, Workload
 from optimizer.scenario.fields import Strict
 from optimizer.scenario.fleet import Fleet, Years
+from optimizer.scenario.kvcache import KvCache
 from optimizer.scenario.sections import Carbon, Churn, Demand, Horizon, NetworkSpec, Policy, Robust, Serving
 from optimizer.scenario.spot import Spot
 
@@ -36,6 +37,7 @@ class Scenario(Strict):
     years: Years = Field(default_factory=Years)
     churn: Churn = Field(default_factory=Churn)
     spot: Spot = Field(default_factory=Spot)
+    kv_cache: KvCache = Field(default_factory=KvCache)
 
     def peak_to_mean(self, workload: str) -> float:
         """The intra-hour peak factor a workload's pools are sized for."""

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from optimizer.base.sources import shipped_data_dir
 from optimizer.scenario import catalogue as rows
 from optimizer.scenario import fleet, sections
+from optimizer.scenario.kvcache import KvCache
 from optimizer.scenario.spot import Spot
 
 DATA_DIR = shipped_data_dir()
@@ -58,5 +59,5 @@ DIURNAL_FILE = "diurnal.csv"
 SECTIONS = {"horizon": sections.Horizon, "demand": sections.Demand, "network": sections.NetworkSpec,
             "serving": sections.Serving, "policy": sections.Policy,
             "robust": sections.Robust, "carbon": sections.Carbon, "fleet": fleet.Fleet, "years": fleet.Years,
-            "churn": sections.Churn, "spot": Spot}
+            "churn": sections.Churn, "spot": Spot, "kv_cache": KvCache}
 TOP_LEVEL = {"name", "description", "catalogue", "calibration", *TABLES, "diurnal", *SECTIONS, "traces"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import get_args
+from typing import get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
@@ -23,6 +23,7 @@ from optimizer.scenario.calibration.params import Calibration
 from optimizer.scenario.catalogue import Supply
 from optimizer.scenario.fields import accepted
 from optimizer.scenario.fleet import FleetRow
+from optimizer.scenario.kvcache import resolved_reuse, resolved_tiers
 from optimizer.scenario.model import Scenario
 from optimizer.scenario.overrides import is_number
 from optimizer.scenario.racks import hostable_supply
@@ -50,10 +51,12 @@ def _model_in(annotation) -> type[BaseModel] | None:
 
 
 def field_info(model: type[BaseModel] | None, loc) -> FieldInfo | None:
-    """The field an error location points at, through nested models and lists."""
-    info = None
+    """The field an error location points at, through nested models, lists and mappings of
+    models (whose keys are names, not fields)."""
+    info, keyed = None, False
     for part in loc:
-        if isinstance(part, int):
+        if isinstance(part, int) or keyed:
+            keyed = False
             continue
         if model is None:  # an item of a list or mapping of numbers: the field's own
             return info
@@ -61,6 +64,7 @@ def field_info(model: type[BaseModel] | None, loc) -> FieldInfo | None:
             return None
         info = model.model_fields[str(part)]
         model = _model_in(info.annotation)
+        keyed = model is not None and get_origin(info.annotation) is dict
     return info
 
 
@@ -212,6 +216,10 @@ def _validate(raw: RawScenario) -> Scenario:
         err = exc.errors()[0]
         raise ScenarioError(explain(err, Scenario), Origin(str(raw.path)), field=_field_of(err, Scenario)) from None
     _cross_check(scenario, raw)
+    try:  # the kv_cache section's names resolve now, so that a bad one is refused before planning
+        resolved_tiers(scenario.kv_cache), resolved_reuse(scenario.kv_cache, scenario.workloads)
+    except ScenarioError as exc:
+        raise ScenarioError(exc.message, raw.origin("kv_cache"), field=exc.field) from None
     try:
         return with_spot(scenario)
     except ScenarioError as exc:

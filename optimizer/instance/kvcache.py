@@ -1,0 +1,156 @@
+"""Sizing the KV-cache tiers: a pre-solve step, per workload.
+
+For each workload the step picks the capacity c_k each tier k gives it per request/s at the
+peak (bytes per request/s; a site with λ_site requests/s at its peak holds c_k · λ_site) on a
+grid — c_k ∈ {0} ∪ {D₅₀ · 2^j, j = −6 … 6}, D₅₀ = T₅₀ · s̄ · κ the median reuse distance of
+one request/s — evaluating every combination exactly and keeping the one with the least
+
+    net $/h per peak request/s = Σ_k p_k · c_k  −  hit(Σ_k c_k) · 3600 · (λ̄/λ̂) · v
+
+p_k the tier's $/byte-hour, hit the stack-distance hit rate (`curves.kvtiers`), λ̄/λ̂ the
+workload's mean over peak demand (capacity is held for the peak, hits are saved on every
+request) and v the prefill $ one hit saves: the cheapest accelerator's GPU-seconds
+(t(s̄, 0) − t(s̄, s_p)) · gpus · $/GPU-h / 3600 at its cheapest contract term, over
+``prefill_utilization`` (a GPU is not busy every second it is paid for). A tier whose read of s_p takes more than
+``max_read_share_of_ttft`` of the workload's p99 TTFT is not offered; a tier with
+``fixed_gb_per_rps`` has that one capacity (a sweep). Ties go to the first combination in
+grid order (the smaller capacities).
+
+The plan then runs with each workload's hit rate hit(Σ c_k), its prefix s_p and its p99 TTFT
+less the slowest read among the tiers it was given (`with_kv_cache`): the prefill pools are
+sized for the prefill that is left, and a hit's read is inside the objective. This is a
+sizing step before the MIP, not a decision inside it: the capacity does not trade against
+the pools' latency tiers or sites.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from optimizer.base.contracts import TERMS
+from optimizer.base.units import SECONDS_PER_HOUR
+from optimizer.curves.kvtiers import cached_tokens, hit_rate, read_time_ms, tier_hit_shares
+from optimizer.curves.roofline import prefill_time_s
+from optimizer.geography.demand import build_demand, build_slices
+from optimizer.scenario import Scenario
+from optimizer.scenario.kvcache import Reuse, Tier, resolved_reuse, resolved_tiers
+from optimizer.serving.configs import kv_bytes_per_token, make_replica
+
+GRID_EXPONENTS = np.arange(-6, 7)  # capacity per request/s as D₅₀ · 2^j
+PREFILL_PASS_TOKENS = 16384  # the prompts of one prefill pass, so that its fixed cost is shared
+
+
+@dataclass(frozen=True)
+class WorkloadCache:
+    """One workload's tiers as sized: capacity per peak request/s and the hits they give."""
+
+    workload: str
+    tiers: tuple[str, ...]
+    capacity_bytes_per_rps: tuple[float, ...]
+    hit_share: tuple[float, ...]  # of all requests, served from each tier
+    read_ms: tuple[float, ...]
+    usd_per_byte_hour: tuple[float, ...]
+    cached_tokens: float
+    prefill_usd_per_hit: float
+    mean_over_peak: float
+    reuse_probability: float
+
+    @property
+    def hit_rate(self) -> float:
+        return float(sum(self.hit_share))
+
+    @property
+    def ttft_added_ms(self) -> float:
+        """The slowest read among the tiers that serve hits (0 without hits)."""
+        return max((r for r, h in zip(self.read_ms, self.hit_share) if h > 0), default=0.0)
+
+
+def cheapest_usd_per_gpu_hour(price) -> float:
+    """The lowest $/GPU-hour among an accelerator's on-demand price and its committed terms."""
+    terms = [getattr(price, t.price_column) for t in TERMS if t.price_column]
+    return min([price.ondemand_usd_per_gpu_hour] + [p for p in terms if p is not None])
+
+
+def prefill_usd_per_hit(s: Scenario, workload: str, cached: float) -> float:
+    """v: the prefill $ a hit of ``cached`` tokens saves on the cheapest accelerator, over the
+    prefill utilisation."""
+    w = s.workloads[workload]
+    m = s.models[w.model]
+    weight, kv = w.precisions[0]
+    prompts = max(1, int(PREFILL_PASS_TOKENS // max(w.isl_mean_tokens, 1.0)))
+    best = float("inf")
+    for g, a in s.accelerators.items():
+        r = make_replica(m, a, s.serving, min(8, a.gpus_per_node), weight, kv)
+        if r is None or g not in s.prices:
+            continue
+        saved_s = (prefill_time_s(r, w.isl_mean_tokens, 0.0, prompts)
+                   - prefill_time_s(r, w.isl_mean_tokens, cached, prompts)) / prompts
+        best = min(best, float(saved_s) * r.gpus * cheapest_usd_per_gpu_hour(s.prices[g]) / SECONDS_PER_HOUR)
+    return 0.0 if best == float("inf") else best / s.kv_cache.prefill_utilization
+
+
+def mean_over_peak(s: Scenario) -> dict[str, float]:
+    """λ̄/λ̂ per workload: its hour-weighted mean requests/s over its busiest slice's."""
+    slices = build_slices(s)
+    demand = build_demand(s, slices).groupby(["workload", "slice"])["requests_per_s"].sum().reset_index()
+    out = {}
+    for k, rows in demand.groupby("workload"):
+        hours = rows["slice"].map(slices["weight_hours"])
+        peak = float(rows["requests_per_s"].max())
+        out[k] = float((rows["requests_per_s"] * hours).sum() / hours.sum()) / peak if peak > 0 else 0.0
+    return out
+
+
+def size_workload(workload: str, tiers: list[Tier], reuse: Reuse, prompt_tokens: float, kv_bytes: float,
+                  ttft_ms: float, max_read_share: float, usd_per_hit: float, ratio: float) -> WorkloadCache:
+    """The grid search of the module docstring for one workload."""
+    cached = cached_tokens(prompt_tokens, reuse.reusable_prefix_share)
+    reads = [read_time_ms(cached, kv_bytes, t.bandwidth_gb_per_s, t.latency_ms) for t in tiers]
+    d50 = reuse.median_reuse_s * prompt_tokens * kv_bytes
+    steps = np.concatenate(([0.0], d50 * np.exp2(GRID_EXPONENTS)))
+    usable = [r <= max_read_share * ttft_ms and cached > 0 and reuse.reuse_probability > 0 for r in reads]
+    options = [np.zeros(1) if not ok else steps if t.fixed_gb_per_rps is None else np.array([t.fixed_gb_per_rps * 1e9])
+               for t, ok in zip(tiers, usable)]
+    combos = np.array(list(itertools.product(*options)))  # (combinations, tiers)
+    price = np.array([t.usd_per_gb_hour / 1e9 for t in tiers])
+    hit = hit_rate(combos.sum(axis=1), reuse.reuse_probability, reuse.median_reuse_s, reuse.reuse_sigma,
+                   prompt_tokens, kv_bytes)
+    net = combos @ price - hit * SECONDS_PER_HOUR * ratio * usd_per_hit
+    best = combos[int(np.argmin(net))]
+    cumulative = hit_rate(np.cumsum(best), reuse.reuse_probability, reuse.median_reuse_s, reuse.reuse_sigma,
+                          prompt_tokens, kv_bytes)
+    return WorkloadCache(workload, tuple(t.id for t in tiers), tuple(float(c) for c in best),
+                         tuple(float(h) for h in tier_hit_shares(cumulative)), tuple(reads),
+                         tuple(float(p) for p in price), cached, usd_per_hit, ratio, reuse.reuse_probability)
+
+
+def size_kv_cache(s: Scenario) -> dict[str, WorkloadCache] | None:
+    """Each workload's tiers, sized; None where the scenario has no ``kv_cache`` tiers."""
+    if not s.kv_cache.tiers:
+        return None
+    tiers = resolved_tiers(s.kv_cache)
+    reuse = resolved_reuse(s.kv_cache, s.workloads)
+    ratio = mean_over_peak(s)
+    out = {}
+    for k, w in s.workloads.items():
+        kv_bytes = kv_bytes_per_token(w, s.models[w.model])
+        cached = cached_tokens(w.isl_mean_tokens, reuse[k].reusable_prefix_share)
+        out[k] = size_workload(k, tiers, reuse[k], w.isl_mean_tokens, kv_bytes, w.ttft_p99_ms,
+                               s.kv_cache.max_read_share_of_ttft, prefill_usd_per_hit(s, k, cached),
+                               ratio.get(k, 0.0))
+    return out
+
+
+def with_kv_cache(s: Scenario, sized: dict[str, WorkloadCache] | None) -> Scenario:
+    """The scenario the plan runs: each workload's hit rate, prefix and p99 TTFT as its tiers
+    give them (itself without tiers)."""
+    if sized is None:
+        return s
+    workloads = {k: w.model_copy(update={"prompt_cache_hit_rate": sized[k].hit_rate,
+                                         "shared_prefix_tokens": sized[k].cached_tokens if sized[k].hit_rate else 0.0,
+                                         "ttft_p99_ms": w.ttft_p99_ms - sized[k].ttft_added_ms})
+                 for k, w in s.workloads.items()}
+    return s.model_copy(update={"workloads": workloads})

@@ -1,0 +1,155 @@
+"""KV-cache tiers (`optimizer.curves.kvtiers`, `optimizer.scenario.kvcache`,
+`optimizer.instance.kvcache`, `optimizer.results.kvcache`): hit rates from a reuse-distance
+distribution against hand-computed values, monotone in capacity; the prefill a hit saves and
+the read it adds; the sizing's choices against brute force and its orderings; the plan's
+report."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from instances import TINY
+
+from optimizer.base.errors import ScenarioError
+from optimizer.commands.pipeline import make_plan
+from optimizer.curves.cache import mean_prefill_tokens
+from optimizer.curves.kvtiers import cached_tokens, hit_rate, read_time_ms, tier_hit_shares
+from optimizer.instance.kvcache import size_kv_cache, size_workload, with_kv_cache
+from optimizer.scenario import load_scenario
+from optimizer.scenario.kvcache import HOURS_PER_MONTH, Reuse, Tier
+
+PHI_1 = 0.8413447460685429  # Φ(1)
+REUSE = Reuse(reuse_probability=0.6, reusable_prefix_share=0.5, median_reuse_s=100.0, reuse_sigma=1.0)
+
+
+def test_hit_rate_by_hand():
+    # s̄ = 1,000 tokens, κ = 1,000 B/token: one request/s fills 1e6 B/s; T₅₀ = 100 s, so the
+    # median reuse distance per request/s is 1e8 B. hit(1e8) = 0.6 · Φ(0) = 0.3;
+    # hit(1e8 · e) = 0.6 · Φ(1) = 0.50481; hit(1e8 / e) = 0.6 · Φ(−1) = 0.09519; hit(0) = 0.
+    args = (0.6, 100.0, 1.0, 1000.0, 1000.0)
+    assert hit_rate(1e8, *args) == pytest.approx(0.3)
+    assert hit_rate(1e8 * math.e, *args) == pytest.approx(0.6 * PHI_1)
+    assert hit_rate(1e8 / math.e, *args) == pytest.approx(0.6 * (1 - PHI_1))
+    assert hit_rate(0.0, *args) == 0.0
+    # twice the traffic at a site: the same bytes per request/s give the same hit rate
+    assert hit_rate(2e8 / 2, *args) == hit_rate(1e8, *args)
+
+
+def test_more_capacity_never_lowers_the_hit_rate():
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        p, t50, sigma, s, kv = rng.uniform(0, 1), rng.uniform(0.1, 1e4), rng.uniform(0.1, 4), rng.uniform(1, 1e5), \
+            rng.uniform(1e3, 1e6)
+        c = np.sort(np.concatenate(([0.0], 10 ** rng.uniform(0, 16, 200))))
+        h = hit_rate(c, p, t50, sigma, s, kv)
+        assert np.all(np.diff(h) >= 0) and h[0] == 0 and h[-1] <= p + 1e-12
+
+
+def test_tier_shares_add_up_to_the_hit_rate_of_the_whole_capacity():
+    # exclusive hierarchy: cumulative capacities 1e8, 1e8 + 0, 1e8 + 1.718e8 = e·1e8
+    caps = np.cumsum([1e8, 0.0, (math.e - 1) * 1e8])
+    shares = tier_hit_shares(hit_rate(caps, 0.6, 100.0, 1.0, 1000.0, 1000.0))
+    assert shares == pytest.approx([0.3, 0.0, 0.6 * PHI_1 - 0.3])
+    assert shares.sum() == pytest.approx(0.6 * PHI_1)
+
+
+def test_read_time_and_cached_tokens_by_hand():
+    # 1,000 cached tokens of 163,840 B (Llama-3.1-70B in fp8: 80 layers · 8 KV heads · 128 · 2 · 1 B)
+    # from a 40 GB/s store after 1 ms: 1 + 1.6384e8 / 4e10 s = 1 + 4.096 = 5.096 ms
+    assert read_time_ms(1000, 163_840, 40, 1.0) == pytest.approx(5.096)
+    assert cached_tokens(2000, 0.5) == 1000
+    assert cached_tokens(800, 1.0) == 799  # a hit leaves one token to prefill
+
+
+def _tier(tid, usd_per_gb_month, bandwidth=40.0, latency=1.0):
+    return Tier(tid, 1e6, bandwidth, latency, usd_per_gb_month / HOURS_PER_MONTH)
+
+
+def _size(tiers, reuse=REUSE, usd_per_hit=1e-4, ttft_ms=1000.0, ratio=0.6):
+    return size_workload("w", tiers, reuse, 1000.0, 1000.0, ttft_ms, 0.1, usd_per_hit, ratio)
+
+
+def test_the_sizing_is_the_brute_force_optimum():
+    tiers = [_tier("a", 3.0, 64), _tier("b", 0.2, 14)]
+    got = _size(tiers)
+    d50 = 100.0 * 1000.0 * 1000.0
+    grid = [0.0] + [d50 * 2.0 ** j for j in range(-6, 7)]
+    best = None
+    for combo in itertools.product(grid, grid):
+        cost = sum(c * t.usd_per_gb_hour / 1e9 for c, t in zip(combo, tiers))
+        net = cost - float(hit_rate(sum(combo), 0.6, 100.0, 1.0, 1000.0, 1000.0)) * 3600 * 0.6 * 1e-4
+        if best is None or net < best[0] - 1e-15:
+            best = (net, combo)
+    assert got.capacity_bytes_per_rps == pytest.approx(best[1])
+    assert got.hit_rate > 0
+
+
+def test_a_dearer_tier_of_the_same_speed_is_never_sized_larger():
+    for cheap, dear in [(0.1, 0.2), (0.5, 3.0), (1.0, 1.01)]:
+        for order in ([_tier("cheap", cheap), _tier("dear", dear)], [_tier("dear", dear), _tier("cheap", cheap)]):
+            got = _size(order)
+            size = dict(zip(got.tiers, got.capacity_bytes_per_rps))
+            assert size["dear"] <= size["cheap"]
+
+
+def test_a_dearer_tier_or_cheaper_prefill_never_buys_more_hits():
+    hits = [_size([_tier("t", price)]).hit_rate for price in (0.01, 1.0, 100.0, 1000.0, 10000.0)]
+    assert all(a >= b for a, b in zip(hits, hits[1:])) and hits[0] > hits[-1] == 0.0
+    hits = [_size([_tier("t", 1.0)], usd_per_hit=v).hit_rate for v in (1e-3, 1e-4, 1e-5, 1e-7)]
+    assert all(a >= b for a, b in zip(hits, hits[1:])) and hits[-1] == 0.0
+
+
+def test_a_fixed_tier_size_is_kept():
+    tier = Tier("t", 1e6, 40.0, 1.0, 1.0 / HOURS_PER_MONTH, fixed_gb_per_rps=0.25)
+    got = _size([tier])
+    assert got.capacity_bytes_per_rps == (0.25e9,)
+    assert got.hit_rate == pytest.approx(hit_rate(0.25e9, 0.6, 100.0, 1.0, 1000.0, 1000.0))
+
+
+def test_a_tier_too_slow_for_the_objective_is_not_offered():
+    # a read of 500 tokens · 1,000 B at 0.001 GB/s takes 500 ms > 10 % of a 1,000 ms TTFT
+    got = _size([_tier("slow", 0.001, bandwidth=0.001)])
+    assert got.capacity_bytes_per_rps == (0.0,) and got.hit_rate == 0.0 and got.ttft_added_ms == 0.0
+
+
+def test_the_plan_runs_with_the_tiers_hit_rate_prefix_and_ttft():
+    s, _ = load_scenario(TINY, ["kv_cache.tiers=[dram, nvme]"])
+    sized = size_kv_cache(s)
+    eff = with_kv_cache(s, sized)
+    for k, w in s.workloads.items():
+        z = sized[k]
+        e = eff.workloads[k]
+        assert e.prompt_cache_hit_rate == pytest.approx(sum(z.hit_share))
+        assert e.ttft_p99_ms == pytest.approx(w.ttft_p99_ms - z.ttft_added_ms)
+        # prefill saved: s̄ − h · s_p tokens left per request
+        assert mean_prefill_tokens(e.isl_mean_tokens, e.prompt_cache_hit_rate, e.shared_prefix_tokens) == \
+            pytest.approx(w.isl_mean_tokens - z.hit_rate * z.cached_tokens)
+    assert with_kv_cache(s, size_kv_cache(load_scenario(TINY)[0])) is s  # no section, no change
+
+
+def test_bad_kv_cache_sections_are_refused_in_one_line():
+    with pytest.raises(ScenarioError, match="kv_cache.tiers names 'ssd'"):
+        load_scenario(TINY, ["kv_cache.tiers=[ssd]"])
+    with pytest.raises(ScenarioError, match="kv_cache.workloads names 'nobody'"):
+        load_scenario(TINY, ["kv_cache={tiers: [dram], workloads: {nobody: {median_reuse_s: 3}}}"])
+    with pytest.raises(ScenarioError, match="reuse_sigma"):
+        load_scenario(TINY, ["kv_cache={tiers: [dram], workloads: {chat: {reuse_sigma: 0}}}"])
+
+
+def test_the_plan_reports_cache_and_prefill_dollars_per_tier():
+    plan = make_plan(TINY, ["kv_cache.tiers=[dram, nvme]"], exact=True, time_limit_s=60)
+    kv = plan.summary["kv_cache"]
+    routing = plan.tables["routing"]
+    for k, w in kv["workloads"].items():
+        peaks = routing[routing["workload"] == k].groupby(["site", "period", "day_type", "hour"])[
+            "requests_per_s"].sum().groupby("site").max()
+        for t, b in w["tiers"].items():
+            gb = {x: b["capacity_gb_per_rps"] * rps for x, rps in peaks.items() if rps > 0}
+            assert b["capacity_gb_by_site"] == pytest.approx({x: v for x, v in gb.items() if v > 0}, rel=1e-3)
+        assert w["cache_usd"] == pytest.approx(sum(b["cache_usd"] for b in w["tiers"].values()))
+        assert w["hit_rate"] == pytest.approx(sum(b["hit_rate"] for b in w["tiers"].values()))
+    assert kv["total_cost_with_cache_usd"] == pytest.approx(plan.summary["total_cost_usd"] + kv["cache_usd"])
+    assert "kv_cache" not in make_plan(TINY, exact=True, time_limit_s=60).summary
