@@ -4,11 +4,14 @@ renewal, and the plan with a fleet is still the brute-force optimum on the tiny 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from instances import TINY, brute_force, tiny_instance
 
 from optimizer.base.errors import ScenarioError
 from optimizer.base.units import HOURS_PER_YEAR
+from optimizer.cli.main import main
 from optimizer.commands.pipeline import make_plan
 from optimizer.commands.report.fleet_tables import churn_html, fleet_html
 from optimizer.folder.read import read_plan
@@ -134,3 +137,22 @@ def test_a_fleet_from_a_csv_and_its_bad_row_named(tmp_path):
     with pytest.raises(ScenarioError) as err:
         load_scenario(tmp_path / "s.yaml")
     assert "fleet.csv" in str(err.value) and "line 3" in str(err.value) and "nodes" in str(err.value)
+
+
+def test_a_plan_folder_is_the_next_years_fleet(tmp_path):
+    """What plan A signed becomes plan B's fleet a year later: its 3-year reservations still run
+    (rent sunk, counted), its 1-year ones ended the day before B's first day (up for renewal);
+    a multi-year folder gives its last year's."""
+    a = tmp_path / "a"
+    assert main(["plan", str(TINY), "--effort", "first", "--no-report", "--quiet", "--out", str(a),
+                 "--set", "policy.reserved_terms=[1y, 3y]"]) == 0
+    proc = read_plan(a).tables["procurement"].query("site != '*'")
+    b = tmp_path / "b"
+    assert main(["plan", str(TINY), "--effort", "first", "--no-report", "--quiet", "--out", str(b),
+                 "--set", START, "--fleet-from-plan", str(a)]) == 0
+    fleet = json.loads((b / "summary.json").read_text())["fleet"]
+    held = {(r["site"], r["gpu"]): r["nodes"] for r in fleet["existing"] if r["term"] == "existing-reserved"}
+    assert held == {(r.site, r.gpu): int(r.reserved_3y_nodes) for r in proc.itertuples() if r.reserved_3y_nodes}
+    ended = {(r["site"], r["gpu"]): r["nodes"] for r in fleet["up_for_renewal"]}
+    assert ended == {(r.site, r.gpu): int(r.reserved_1y_nodes) for r in proc.itertuples() if r.reserved_1y_nodes}
+    assert held or ended  # the tiny plan signs something

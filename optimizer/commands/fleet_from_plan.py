@@ -13,6 +13,7 @@ from pathlib import Path
 from optimizer.base.contracts import NEW_TERMS
 from optimizer.base.errors import Origin, ScenarioError
 from optimizer.base.units import DAYS_PER_YEAR
+from optimizer.folder.horizon import year_folders
 from optimizer.folder.read import read_plan
 from optimizer.scenario import load_scenario
 
@@ -62,7 +63,9 @@ def signed_rows(plan_dir: str | Path, signed_on: datetime.date) -> list[dict]:
 
 
 def fleet_override(plan_dir: str | Path, scenario_path, overrides: list[str]) -> str:
-    """The ``--set`` that adds a plan folder's commitment to the scenario's fleet."""
+    """The ``--set`` that adds a plan folder's commitment to the scenario's fleet (a multi-year
+    plan folder's: its last year's, what runs when its horizon ends)."""
+    plan_dir = year_folders(plan_dir)[-1]
     s, _ = load_scenario(scenario_path, overrides)
     if s.horizon.start is None:
         raise ScenarioError("--fleet-from-plan places the old plan's contracts before the new plan's first day; set "

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from optimizer.base.errors import ScenarioError
+from optimizer.base.errors import Origin, ScenarioError
 from optimizer.base.spot import base_gpu, is_spot
 from optimizer.base.units import HOURS_PER_YEAR
 from optimizer.folder.read import read_plan, scenario_of
@@ -41,14 +41,14 @@ def two_or_more_out(availabilities: list[float]) -> float:
 def spot_stress(plan_dir: str | Path, factor: float) -> dict:
     """The plan's spot at availability × ``factor`` (module docstring)."""
     if not 0 < factor <= 1:
-        raise ScenarioError(f"expected a factor in (0, 1], got {factor}", field="--spot-availability")
+        raise ScenarioError(f"expected a factor in (0, 1], got {factor}", Origin("--spot-availability"))
     plan = read_plan(plan_dir)
     s = scenario_of(plan, plan_dir)
     terms = spot_terms(s)
     proc = plan.tables["procurement"]
     rows = proc[proc["gpu"].map(lambda g: g != "egress" and is_spot(g)) & (proc["ondemand_node_hours"] > 0)]
     if not terms or rows.empty:
-        raise ScenarioError("this plan rents no spot capacity; there is nothing to stress", field="--spot-availability")
+        raise ScenarioError("this plan rents no spot capacity; there is nothing to stress", Origin("--spot-availability"))
     planned = stressed = 0.0
     zones: dict[str, float] = {}
     fallback = []
