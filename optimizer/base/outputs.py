@@ -254,6 +254,20 @@ def atomic_file(target: Path):
         raise
 
 
+@contextmanager
+def atomic_folder(target: Path, kind: FolderKind | None = None, inputs=()):
+    """Yield a temporary folder beside ``target``; on success it replaces ``target`` in one
+    rename (`replace_folder`; with ``kind``, the target checked again as `folder_target` does
+    first), on any failure (an interrupt included) it is removed."""
+    tmp = temp_sibling(target, folder=True)
+    try:
+        yield tmp
+        replace_folder(tmp, folder_target(target, kind, inputs=inputs) if kind is not None else target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def write_text_atomic(target: Path, text: str) -> None:
     with atomic_file(Path(target)) as tmp:
         tmp.write_text(text, encoding="utf-8")

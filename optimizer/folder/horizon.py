@@ -13,11 +13,10 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from optimizer.base.errors import Origin, ScenarioError
-from optimizer.base.outputs import HORIZON, folder_target, replace_folder, spreadsheet_safe, temp_sibling
+from optimizer.base.outputs import HORIZON, atomic_folder, folder_target, spreadsheet_safe
 from optimizer.folder.write import write_plan
 from optimizer.results.horizon import HorizonPlan
 
@@ -26,8 +25,7 @@ def write_horizon(plan: HorizonPlan, out_dir: str | Path, inputs=(), extras=(), 
     """The folder (module docstring); ``extras`` are called with the temporary folder before the
     rename (the report), ``year_extras`` with each year's."""
     out = folder_target(out_dir, HORIZON, inputs=inputs)
-    tmp = temp_sibling(out, folder=True)
-    try:
+    with atomic_folder(out, HORIZON, inputs) as tmp:
         (tmp / "horizon.json").write_text(json.dumps(plan.summary, indent=2, sort_keys=True, default=str) + "\n")
         (tmp / "scenario.json").write_text(json.dumps(plan.scenario_data, indent=1, sort_keys=True, default=str) + "\n")
         for name, frame in (("years", plan.years), ("schedule", plan.schedule), ("price_scenarios", plan.price_scenarios)):
@@ -36,10 +34,6 @@ def write_horizon(plan: HorizonPlan, out_dir: str | Path, inputs=(), extras=(), 
             write_plan(year, tmp / f"year-{k}", extras=year_extras)
         for extra in extras:
             extra(tmp)
-        replace_folder(tmp, folder_target(out, HORIZON, inputs=inputs))
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

@@ -15,7 +15,6 @@ Plan folder:
 from __future__ import annotations
 
 import json
-import shutil
 from datetime import datetime
 from pathlib import Path
 
@@ -24,10 +23,9 @@ import pandas as pd
 
 from optimizer.base.outputs import (
     PLAN,
+    atomic_folder,
     folder_target,
-    replace_folder,
     spreadsheet_safe,
-    temp_sibling,
 )
 from optimizer.folder.schema import TABLE_COLUMNS, TABLES
 from optimizer.results import Plan
@@ -46,8 +44,7 @@ def write_plan(plan: Plan, out_dir: str | Path, inputs=(), extras=()) -> Path:
     hold none of the run's ``inputs``. Each of ``extras`` is called with the temporary folder
     before the rename — the command line passes the report writer there."""
     out = folder_target(out_dir, PLAN, inputs=inputs)
-    tmp = temp_sibling(out, folder=True)
-    try:
+    with atomic_folder(out, PLAN, inputs) as tmp:
         (tmp / "summary.json").write_text(json.dumps(plan.summary, indent=2, sort_keys=True, default=_json) + "\n")
         (tmp / "scenario.json").write_text(json.dumps(plan.scenario_data, indent=1, sort_keys=True, default=str) + "\n")
         for name in TABLES:
@@ -56,10 +53,6 @@ def write_plan(plan: Plan, out_dir: str | Path, inputs=(), extras=()) -> Path:
         _write_xlsx(plan, tmp / "plan.xlsx")
         for extra in extras:
             extra(tmp)
-        replace_folder(tmp, folder_target(out, PLAN, inputs=inputs))
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

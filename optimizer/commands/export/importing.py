@@ -22,7 +22,7 @@ import pandas as pd
 import yaml
 
 from optimizer.base.errors import Origin, ScenarioError
-from optimizer.base.outputs import FolderKind, folder_target, replace_folder, spreadsheet_safe, temp_sibling
+from optimizer.base.outputs import FolderKind, atomic_folder, folder_target, spreadsheet_safe
 from optimizer.base.sources import check_expansion, read_text
 from optimizer.commands.export import dynamo, llmd, skyserve, vllm_stack
 from optimizer.commands.export.common import Running
@@ -119,17 +119,10 @@ def against_plan(pools: pd.DataFrame, fleet, t) -> pd.DataFrame:
 
 def write_fleet(tables: dict[str, pd.DataFrame], meta: dict, out) -> Path:
     out = Path(out).expanduser().resolve()
-    tmp = temp_sibling(out, folder=True)
-    try:
+    with atomic_folder(out) as tmp:
         for name, frame in tables.items():
             spreadsheet_safe(frame).to_csv(tmp / f"{name}.csv", index=False)
         (tmp / "fleet.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
-        replace_folder(tmp, out)
-    except BaseException:
-        import shutil
-
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from optimizer.base.outputs import FolderKind, folder_target, replace_folder, spreadsheet_safe, temp_sibling
+from optimizer.base.outputs import FolderKind, atomic_folder, folder_target, spreadsheet_safe
 from optimizer.commands.export import dynamo, llmd, skyserve, vllm_stack
 from optimizer.commands.export.common import BOUNDS_FILE, ExportJob
 from optimizer.commands.export.validate import check
@@ -74,8 +74,7 @@ def site_bounds(ctx: ExportJob) -> dict[str, str]:
 def write_export(files: dict[str, str], meta: dict, out) -> Path:
     """Write ``files`` (relative path → text) and export.json into the folder ``out``."""
     out = Path(out).expanduser().resolve()
-    tmp = temp_sibling(out, folder=True)
-    try:
+    with atomic_folder(out) as tmp:
         for rel, text in files.items():
             path = tmp / rel
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -83,10 +82,4 @@ def write_export(files: dict[str, str], meta: dict, out) -> Path:
         entries = sorted({rel.split("/")[0] for rel in files} | {MARKER})  # top-level names this export owns
         (tmp / MARKER).write_text(json.dumps({**meta, "entries": entries, "files": sorted(files)}, indent=2),
                                   encoding="utf-8")
-        replace_folder(tmp, out)
-    except BaseException:
-        import shutil
-
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
-from optimizer.base.outputs import DEMAND, folder_target, replace_folder, temp_sibling
+from optimizer.base.outputs import DEMAND, atomic_folder, folder_target
 from optimizer.base.units import HOURS_PER_DAY
 from optimizer.commands.traces import report
 from optimizer.commands.traces.derive import Derived
@@ -91,8 +90,7 @@ def write_demand(d: Derived, s: Scenario, specs: list[TraceSpec], out_dir, fill:
     for p in d.pairs:
         p.notes.append(fill_note(hourly[(p.metro, p.workload)]))
     workloads = workload_rows(d)
-    tmp = temp_sibling(out, folder=True)
-    try:
+    with atomic_folder(out, DEMAND, inputs) as tmp:
         demand_rows(d, s, fill).to_csv(tmp / "demand.csv", index=False, float_format="%.6g")
         workloads.to_csv(tmp / "workloads.csv", index=False)
         hours_table(d, hourly, s).to_csv(tmp / "hours.csv", index=False, float_format="%.6g")
@@ -105,8 +103,4 @@ def write_demand(d: Derived, s: Scenario, specs: list[TraceSpec], out_dir, fill:
         for name, data in zip(("day.png", "minutes.png", "lengths.png"), figures.values()):
             (tmp / name).write_bytes(data)
         (tmp / "report.html").write_text(report.render(d, figures, workloads))
-        replace_folder(tmp, folder_target(out, DEMAND, inputs=inputs))
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
