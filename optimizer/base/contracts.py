@@ -25,6 +25,7 @@ class Term:
     energy_included: bool  # cloud prices include energy; owned nodes pay it apart (at full power)
     category: str  # the cost category (and procurement column cost_<category>_usd) its rent lands in
     existing: bool = False  # the fleet's own: at most the nodes it has, never signed by the plan
+    years: int | None = None  # a reservation's length (owned: its depreciation life, per accelerator)
 
     @property
     def nodes_column(self) -> str:
@@ -32,8 +33,8 @@ class Term:
 
 
 TERMS: tuple[Term, ...] = (
-    Term("reserved-1y", "reserved, 1 year", "1y", "reserved_1y_usd_per_gpu_hour", True, "reserved"),
-    Term("reserved-3y", "reserved, 3 years", "3y", "reserved_3y_usd_per_gpu_hour", True, "reserved"),
+    Term("reserved-1y", "reserved, 1 year", "1y", "reserved_1y_usd_per_gpu_hour", True, "reserved", years=1),
+    Term("reserved-3y", "reserved, 3 years", "3y", "reserved_3y_usd_per_gpu_hour", True, "reserved", years=3),
     Term("owned", "owned", "owned", None, False, "owned"),
     Term("existing-reserved", "already signed", "existing", None, True, "reserved", existing=True),
     Term("existing-owned", "already owned", "existing", None, False, "owned", existing=True),

@@ -16,16 +16,7 @@ from optimizer.base.units import DAYS_PER_YEAR
 from optimizer.folder.horizon import year_folders
 from optimizer.folder.read import read_plan
 from optimizer.scenario import load_scenario
-
-TERM_YEARS = {"reserved-1y": 1, "reserved-3y": 3}
-
-
-def years_later(d: datetime.date, years: int) -> datetime.date:
-    """The same calendar day ``years`` later (29 February: 1 March)."""
-    try:
-        return d.replace(year=d.year + years)
-    except ValueError:
-        return datetime.date(d.year + years, 3, 1)
+from optimizer.scenario.fleet import term_end
 
 
 def _rent(old_data: dict, site: str, gpu: str, term: str) -> float | None:
@@ -52,7 +43,7 @@ def signed_rows(plan_dir: str | Path, signed_on: datetime.date) -> list[dict]:
                 rows.append({"site": r.site, "gpu": r.gpu, "nodes": nodes, "contract": "owned",
                              "purchased": signed_on.isoformat()})
                 continue
-            end = years_later(signed_on, TERM_YEARS[term.id]) - datetime.timedelta(days=1)
+            end = term_end(signed_on, term.years)
             row = {"site": r.site, "gpu": r.gpu, "nodes": nodes, "contract": "reserved",
                    "start": signed_on.isoformat(), "end": end.isoformat()}
             rent = _rent(old.scenario_data, r.site, r.gpu, term.id)

@@ -17,14 +17,13 @@ cost is also given under every named price path.
 
 from __future__ import annotations
 
-import datetime
 import math
 import time
 from importlib.metadata import version
 
 import pandas as pd
 
-from optimizer.base.contracts import TERM
+from optimizer.base.contracts import TERM, TERMS
 from optimizer.base.units import HOURS_PER_YEAR
 from optimizer.commands.pipeline import fleet_of, plan_instance, settings_from
 from optimizer.geography.network import build_graph, rtt_matrix
@@ -32,6 +31,7 @@ from optimizer.instance.build import Instance, build_instance
 from optimizer.instance.checks import preflight
 from optimizer.results.horizon import HorizonPlan, Signing, YearsPlan, schedule_table, years_table
 from optimizer.scenario import RawScenario, Scenario, load_scenario
+from optimizer.scenario.fleet import term_end
 from optimizer.scenario.years import (
     check_price_scenario,
     demand_growth_per_year,
@@ -43,8 +43,6 @@ from optimizer.scenario.years import (
 from optimizer.solve import SolverSettings
 from optimizer.solve.horizon import joint_signings
 
-TERM_YEARS = {"reserved-1y": 1, "reserved-3y": 3}
-
 
 def make_horizon_plan(path=None, overrides=(), *, progress=None, allow_unserved=False, **flags) -> HorizonPlan:
     """Plan a multi-year scenario file with ``--set`` overrides; ``flags``: `settings_from`'s."""
@@ -54,7 +52,7 @@ def make_horizon_plan(path=None, overrides=(), *, progress=None, allow_unserved=
 
 def term_years(s: Scenario, term: str, gpu: str) -> int:
     """A term's length in whole years (owned: the depreciation life, rounded up)."""
-    return TERM_YEARS[term] if term in TERM_YEARS else math.ceil(s.owned[gpu].life_years)
+    return TERM[term].years if TERM[term].years is not None else math.ceil(s.owned[gpu].life_years)
 
 
 def plan_horizon(s: Scenario, raw: RawScenario, settings: SolverSettings, *, progress=None,
@@ -161,19 +159,20 @@ def lengthen(s: Scenario, plan: YearsPlan, rates: list[dict]) -> list[Signing]:
         if x.term == "reserved-1y":
             one[(x.year, x.site, x.gpu)] = one.get((x.year, x.site, x.gpu), 0) + x.nodes
     out = list(plan.given)
-    for term in [t for t in TERM_YEARS if t != "reserved-1y"]:
+    for term in [t.id for t in TERMS if t.years is not None and t.years > 1]:
         for (site, g) in sorted({(st, gg) for _, st, gg in one}):
             for k in range(years):
-                window = range(k, min(k + TERM_YEARS[term], years))
+                length = TERM[term].years
+                window = range(k, min(k + length, years))
                 m = min(one.get((j, site, g), 0) for j in window)
                 long_rate = rates[k].get((site, g, term))
                 if m <= 0 or long_rate is None:
                     continue
-                longer = Signing(k, site, g, term, 1, long_rate, TERM_YEARS[term]).present_cost_usd(rate, years, end)
+                longer = Signing(k, site, g, term, 1, long_rate, length).present_cost_usd(rate, years, end)
                 short = sum(Signing(j, site, g, "reserved-1y", 1, rates[j][(site, g, "reserved-1y")], 1)
                             .present_cost_usd(rate, years, end) for j in window)
                 if longer < short - 1e-6:
-                    out.append(Signing(k, site, g, term, m, long_rate, TERM_YEARS[term]))
+                    out.append(Signing(k, site, g, term, m, long_rate, length))
                     for j in window:
                         one[(j, site, g)] -= m
     return sorted(out, key=lambda x: (x.year, x.site, x.gpu, x.term))
@@ -218,7 +217,7 @@ def fleet_row(s: Scenario, x: Signing) -> dict:
         return {"site": x.site, "gpu": x.gpu, "nodes": x.nodes, "contract": "owned", "purchased": start.isoformat(),
                 "capex_usd_per_node": max(1000.0, x.usd_per_node_hour * HOURS_PER_YEAR * x.years),
                 "life_years": float(x.years), "residual_usd_per_node": 0.0}
-    last = year_start(s, x.year + x.years) - datetime.timedelta(days=1)
+    last = term_end(start, x.years)
     return {"site": x.site, "gpu": x.gpu, "nodes": x.nodes, "contract": "reserved", "start": start.isoformat(),
             "end": last.isoformat(),
             "usd_per_gpu_hour": round(x.usd_per_node_hour / s.accelerators[x.gpu].gpus_per_node, 6)}

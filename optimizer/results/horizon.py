@@ -16,7 +16,6 @@ signed is sunk and reported apart.
 
 from __future__ import annotations
 
-import datetime
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import pandas as pd
 from optimizer.base.contracts import TERM
 from optimizer.base.units import HOURS_PER_YEAR
 from optimizer.results import Plan
+from optimizer.scenario.fleet import day, term_end
 
 SCHEDULE_COLUMNS = ["plan", "year", "start", "site", "gpu", "action", "term", "nodes", "ends", "usd_per_node_year",
                     "present_cost_usd"]
@@ -99,7 +99,7 @@ def schedule_table(plan: YearsPlan, starts: list[str | None], rate: float, end_v
         for x in sorted(signed, key=lambda x: (x.site, x.gpu, x.term)):
             renewed = min(x.nodes, renewable.get((x.site, x.gpu), 0)) if x.term != "owned" else 0
             renewable[(x.site, x.gpu)] = renewable.get((x.site, x.gpu), 0) - renewed
-            ends = _plus_years(starts[k], x.years)
+            ends = term_end(day(starts[k]), x.years).isoformat() if starts[k] else None
             for action, n in (("renew", renewed), (_action(x), x.nodes - renewed)):
                 if n:
                     part = Signing(x.year, x.site, x.gpu, x.term, n, x.usd_per_node_hour, x.years)
@@ -115,18 +115,6 @@ def schedule_table(plan: YearsPlan, starts: list[str | None], rate: float, end_v
             rows.append({"plan": plan.method, "year": k + 1, "start": starts[k], "site": r["site"], "gpu": r["gpu"],
                          "action": "retire", "term": "owned", "nodes": r["nodes"]})
     return pd.DataFrame(rows, columns=SCHEDULE_COLUMNS)
-
-
-def _plus_years(start: str | None, years: int) -> str | None:
-    """The last day of a term of ``years`` from ``start`` (None without dates)."""
-    if start is None:
-        return None
-    first = datetime.date.fromisoformat(start)
-    try:
-        end = first.replace(year=first.year + years)
-    except ValueError:
-        end = datetime.date(first.year + years, 3, 1)
-    return (end - datetime.timedelta(days=1)).isoformat()
 
 
 def years_table(chosen: YearsPlan, together: YearsPlan, myopic: YearsPlan, starts: list[str | None],

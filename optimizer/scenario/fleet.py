@@ -42,6 +42,19 @@ def day(text: str) -> datetime.date:
     return datetime.date.fromisoformat(text)
 
 
+def years_later(d: datetime.date, years: int) -> datetime.date:
+    """The same calendar day ``years`` later (29 February: 1 March)."""
+    try:
+        return d.replace(year=d.year + years)
+    except ValueError:
+        return datetime.date(d.year + years, 3, 1)
+
+
+def term_end(first: datetime.date, years: int) -> datetime.date:
+    """The last day of a term of ``years`` from ``first``."""
+    return years_later(first, years) - datetime.timedelta(days=1)
+
+
 class FleetRow(Strict):
     """Nodes the company has at one site, on one contract."""
 

@@ -22,7 +22,7 @@ import datetime
 import json
 
 from optimizer.base.errors import ScenarioError
-from optimizer.scenario.fleet import PRICE_SCENARIOS_FILE, day
+from optimizer.scenario.fleet import PRICE_SCENARIOS_FILE, day, years_later
 from optimizer.scenario.model import Scenario
 from optimizer.scenario.overrides import apply_overrides
 from optimizer.scenario.raw import RawScenario
@@ -74,11 +74,7 @@ def demand_growth_per_year(s: Scenario) -> float:
 def year_start(s: Scenario, k: int) -> datetime.date | None:
     if s.horizon.start is None:
         return None
-    start = day(s.horizon.start)
-    try:
-        return start.replace(year=start.year + k)
-    except ValueError:  # 29 February
-        return datetime.date(start.year + k, 3, 1)
+    return years_later(day(s.horizon.start), k)
 
 
 def year_overrides(s: Scenario, k: int, paths: dict, path_name: str, fleet_rows: list[dict] | None,

@@ -65,14 +65,15 @@ def state_routing(routing: pd.DataFrame, pools: pd.DataFrame, tier_rtt_ms: list[
     gets one route at its tier's RTT bound (the worst a moved request may see)."""
     carried = pools[pools["role"] != "decode"].groupby(["site", "workload", "tier", *SLICE])["requests_per_s"].sum()
     key = ["site", "workload", "tier", *SLICE]
-    nominal = routing.groupby(key)["requests_per_s"].sum()
+    routes = dict(tuple(routing.groupby(key)))
     out = []
     for k, rps in carried.items():
         if rps <= 0:
             continue
-        if nominal.get(k, 0.0) > 0:
-            rows = routing.set_index(key).loc[[k]].reset_index()
-            out.append(rows.assign(requests_per_s=rows["requests_per_s"] * rps / nominal[k]))
+        rows = routes.get(k)
+        total = float(rows["requests_per_s"].sum()) if rows is not None else 0.0
+        if total > 0:
+            out.append(rows.assign(requests_per_s=rows["requests_per_s"] * rps / total))
         else:
             site, workload, tier, period, day_type, hour = k
             out.append(pd.DataFrame([{"metro": "(moved)", "site": site, "workload": workload, "tier": tier,
