@@ -117,6 +117,13 @@ class Commitments:
         self.peak_pos = self.ids.index(peak)
         self.contingencies = [st.id for st in inst.states if st.lost_site is not None]
         self._carbon: dict[tuple[str, str], np.ndarray] = {}
+        self._tiers: dict[tuple[str, str], list[Tier]] = {}
+
+    def tiers(self, site: str, gpu: str) -> list[Tier]:
+        """`tiers` of a pair, once: searches price a pair thousands of times."""
+        if (site, gpu) not in self._tiers:
+            self._tiers[(site, gpu)] = tiers(self.inst, site, gpu)
+        return self._tiers[(site, gpu)]
 
     def carbon_usd(self, site: str, gpu: str) -> np.ndarray:
         """$ of carbon a node powered in each planned position costs over the year (h · kg · $/t
@@ -135,7 +142,7 @@ class Commitments:
         state's on-demand nodes also cover ``need_contingency`` (a site-loss state's)."""
         inst, hours = self.inst, self.hours
         top = int(max(need.max(initial=0), need_contingency))
-        layers = tiers(inst, site, gpu)
+        layers = self.tiers(site, gpu)
         term = _signed_term(layers)
         c = _commitments(inst, site, gpu, layers, top)
         if top == 0 and c[-1] == 0:
@@ -163,7 +170,7 @@ class PairCost:
     def __init__(self, rule: Commitments, site: str, gpu: str, need: np.ndarray, need_contingency: int = 0):
         self.rule, self.site, self.gpu, self.contingency = rule, site, gpu, need_contingency
         inst = rule.inst
-        self.layers = tiers(inst, site, gpu)
+        self.layers = rule.tiers(site, gpu)
         self.term = _signed_term(self.layers)
         self.od_rate = inst.contracts[(site, gpu)].ondemand
         self.carbon = rule.carbon_usd(site, gpu)
@@ -271,7 +278,7 @@ def commit(inst: Instance, need: dict[tuple[str, str, int], int]):
         n_nominal = np.array([need.get((s, g, sid), 0) for sid in rule.ids], dtype=np.int64)
         n_cont = max((need.get((s, g, sid), 0) for sid in rule.contingencies), default=0)
         best = rule.best(s, g, n_nominal, n_cont)
-        committed.update({(s, g, term): n for term, n in split(tiers(inst, s, g), best.nodes).items()})
+        committed.update({(s, g, term): n for term, n in split(rule.tiers(s, g), best.nodes).items()})
         for sid, x in zip(rule.ids, best.ondemand):
             if x > 0:
                 ondemand[(s, g, sid)] = int(x)
