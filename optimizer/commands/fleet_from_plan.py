@@ -15,6 +15,7 @@ from optimizer.base.errors import Origin, ScenarioError
 from optimizer.base.units import DAYS_PER_YEAR
 from optimizer.folder.horizon import year_folders
 from optimizer.folder.read import read_plan
+from optimizer.results import Plan
 from optimizer.scenario import load_scenario
 from optimizer.scenario.fleet import term_end
 
@@ -27,10 +28,9 @@ def _rent(old_data: dict, site: str, gpu: str, term: str) -> float | None:
     return round(float(value) * multiplier, 6) if value not in (None, "") else None
 
 
-def signed_rows(plan_dir: str | Path, signed_on: datetime.date) -> list[dict]:
-    """Fleet rows for what a plan folder signed, as if signed on ``signed_on``, and the rows of
-    the fleet it started from."""
-    old = read_plan(plan_dir)
+def signed_rows(old: Plan, signed_on: datetime.date) -> list[dict]:
+    """Fleet rows for what a plan signed, as if signed on ``signed_on``, and the rows of the
+    fleet it started from."""
     rows = list(((old.scenario_data.get("fleet") or {}).get("contracts")) or [])
     for r in old.tables["procurement"].itertuples():
         if r.site == "*":
@@ -62,7 +62,8 @@ def fleet_override(plan_dir: str | Path, scenario_path, overrides: list[str]) ->
         raise ScenarioError("--fleet-from-plan places the old plan's contracts before the new plan's first day; set "
                             "horizon.start (YYYY-MM-DD)", Origin("--fleet-from-plan"), field="horizon.start")
     start = datetime.date.fromisoformat(s.horizon.start)
-    old_start = ((read_plan(plan_dir).scenario_data.get("horizon") or {}).get("start"))
+    old = read_plan(plan_dir)
+    old_start = (old.scenario_data.get("horizon") or {}).get("start")
     signed_on = datetime.date.fromisoformat(old_start) if old_start else start - datetime.timedelta(days=DAYS_PER_YEAR)
     own = [r.model_dump(exclude_none=True) for r in s.fleet.contracts]
-    return "fleet.contracts=" + json.dumps(own + signed_rows(plan_dir, signed_on))
+    return "fleet.contracts=" + json.dumps(own + signed_rows(old, signed_on))
