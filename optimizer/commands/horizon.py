@@ -117,14 +117,14 @@ def _year_by_year(s: Scenario, raw: RawScenario, paths: dict, settings: SolverSe
     """Each year made whole on the fleet it has by then (module docstring, 2 and 3)."""
     out = YearsPlan(method, [], list(long), [], [], given=list(long))
     carried = [r.model_dump(exclude_none=True) for r in s.fleet.contracts]
-    previous = _first_fleet(s) if churn_limited(s) else None
+    previous = _first_fleet(s) if s.churn.limited else None  # each year keeps the limits against the year before
     for k in range(s.horizon.years):
         rows = carried + [fleet_row(s, x) for x in long if x.year == k]
-        unlimited = ["churn={}"] if churn_limited(s) and previous is None else []  # nothing to move from yet
+        unlimited = ["churn={}"] if s.churn.limited and previous is None else []  # nothing to move from yet
         ys, yraw = year_scenario(raw, year_overrides(s, k, paths, s.years.price_scenario, rows, policy) + unlimited)
         say(f"year {k + 1} ({method}): {ys.horizon.start}, fleet of {sum(r['nodes'] for r in rows)} nodes")
         plan, inst = plan_instance(ys, yraw, settings, allow_unserved=allow_unserved, previous=previous)
-        previous = fleet_of(plan) if churn_limited(s) else None
+        previous = fleet_of(plan) if s.churn.limited else None
         own = own_signings(s, plan, inst, k)
         fleet = plan.summary.get("fleet") or {}
         gone = [{"site": r["site"], "gpu": r["gpu"], "nodes": r["retired_nodes"]}
@@ -176,12 +176,6 @@ def lengthen(s: Scenario, plan: YearsPlan, rates: list[dict]) -> list[Signing]:
                     for j in window:
                         one[(j, site, g)] -= m
     return sorted(out, key=lambda x: (x.year, x.site, x.gpu, x.term))
-
-
-def churn_limited(s: Scenario) -> bool:
-    """Whether the scenario limits churn: each year then keeps the limits against the year before."""
-    c = s.churn
-    return any(v is not None for v in (c.growth_factor, c.growth_nodes, c.max_removed_nodes, c.max_changes))
 
 
 def _first_fleet(s: Scenario) -> tuple[dict, dict] | None:

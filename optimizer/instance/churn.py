@@ -149,10 +149,8 @@ def limits_from(section, previous: tuple[dict, dict] | None, offered) -> ChurnLi
     against a previous fleet ``(committed, on-demand peak)`` per (site, gpu); None where there
     is no previous fleet. A limit without a previous fleet, or a previous fleet with nodes at a
     pair the scenario does not offer (``offered``), is an error naming the section."""
-    limited = any(v is not None for v in (section.growth_factor, section.growth_nodes, section.max_removed_nodes,
-                                          section.max_changes, section.migration_usd_per_node))
     if previous is None:
-        if limited:
+        if section.limited:
             raise ScenarioError("churn limits need a previous fleet to move from; expected a plan folder to start "
                                 "from (fleetplan plan --from-plan OLD_DIR), or no churn limits", field="churn")
         return None

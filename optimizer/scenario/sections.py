@@ -346,6 +346,12 @@ class Churn(Strict):
         "pay their cold starts already); a node-hour of on-demand × the cold start's hours is the floor",
         why="ten million dollars a node is several times its purchase price")
 
+    @property
+    def limited(self) -> bool:
+        """Whether any limit or price is set (none: the plan moves freely, nothing to keep)."""
+        return any(v is not None for v in (self.growth_factor, self.growth_nodes, self.max_removed_nodes,
+                                           self.max_changes, self.migration_usd_per_node))
+
 
 class Robust(Strict):
     """Margins `fleetplan plan --robust` plans with. The plan folder keeps the nominal
