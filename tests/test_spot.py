@@ -11,6 +11,7 @@ from instances import TINY, capacity, load_instance
 
 from optimizer.base.errors import ScenarioError
 from optimizer.base.spot import is_spot, spot_loss
+from optimizer.cli.main import main
 from optimizer.commands.pipeline import make_plan
 from optimizer.commands.spot_stress import spot_stress, two_or_more_out
 from optimizer.commands.verify import verify_plan
@@ -200,3 +201,5 @@ def test_verify_replays_a_preemption_on_the_spare_replicas(tmp_path):
     assert result.summary["requests_simulated"] > 0
     with pytest.raises(ScenarioError, match="no contingency state"):
         verify_plan(folder, requests=100, state="spot@nowhere")
+    assert main(["verify", str(folder), "--spot-loss", "", "--requests", "100"]) == 2  # empty: refused
+    assert not (folder / "verify.csv").exists() and not (folder / "verify_spot_loss.csv").exists()

@@ -151,6 +151,17 @@ def test_the_multi_year_folder_is_read_by_verify_and_compare(tmp_path, capsys):
     assert "Signing schedule" in page and "Cost of each year" in page and 'href="year-2/report.html"' in page
     assert main(["verify", str(out), "--requests", "2000"]) == 0
     assert (out / "year-1" / "verify.csv").is_file() and (out / "year-2" / "verify.csv").is_file()
+    capsys.readouterr()
+    years = (out / "years.csv").read_text()
+    (out / "years.csv").write_text(years[:30])  # truncated by hand: refused by name, nothing rewritten
+    before = (out / "year-1" / "report.html").stat().st_mtime_ns if (out / "year-1" / "report.html").exists() else None
+    assert main(["report", str(out)]) == 2
+    assert "years.csv" in capsys.readouterr().err
+    after = (out / "year-1" / "report.html").stat().st_mtime_ns if (out / "year-1" / "report.html").exists() else None
+    assert after == before
+    (out / "horizon.json").write_text('{"years": 2, "trunc')
+    assert main(["compare", str(one), str(out)]) == 2
+    assert "horizon.json" in capsys.readouterr().err
 
 
 def test_each_year_keeps_the_churn_limits_against_the_year_before():

@@ -290,9 +290,10 @@ def cmd_compare(args) -> int:
 def cmd_report(args) -> int:
     from optimizer.commands.report import write_report
     from optimizer.commands.report.horizon import write_horizon_report
-    from optimizer.folder.horizon import is_horizon_folder, year_folders
+    from optimizer.folder.horizon import is_horizon_folder, read_horizon, year_folders
 
     if is_horizon_folder(args.plan_dir):  # a multi-year plan: each year's report, then the years'
+        read_horizon(args.plan_dir)  # a damaged folder is refused before anything is written
         for d in year_folders(args.plan_dir):
             plan_folder_to_update(d)
             print(f"written: {write_report(d)}")

@@ -42,7 +42,7 @@ def verify_one(args, plan_dir) -> int:
 
     plan_folder_to_update(plan_dir)
     progress = None if args.json else (lambda m: print(m, file=sys.stderr))
-    state = f"spot@{args.spot_loss}" if args.spot_loss else None
+    state = f"spot@{args.spot_loss}" if args.spot_loss is not None else None
     result = verify_plan(plan_dir, slices=slice_list(args.slices), requests=args.requests, seed=args.seed,
                          progress=progress, prefill_batch_tokens=args.prefill_batch_tokens,
                          arrivals=poisson_source(args), state=state)

@@ -29,7 +29,7 @@ from optimizer.commands.pipeline import fleet_of, plan_instance, settings_from
 from optimizer.geography.network import build_graph, rtt_matrix
 from optimizer.instance.build import Instance, build_instance
 from optimizer.instance.checks import preflight
-from optimizer.results.horizon import HorizonPlan, Signing, YearsPlan, schedule_table, years_table
+from optimizer.results.horizon import PRICE_COLUMNS, HorizonPlan, Signing, YearsPlan, schedule_table, years_table
 from optimizer.scenario import RawScenario, Scenario, load_scenario
 from optimizer.scenario.fleet import term_end
 from optimizer.scenario.years import (
@@ -251,7 +251,7 @@ def price_table(s: Scenario, paths: dict, together: YearsPlan, myopic: YearsPlan
     rows = [{"price_scenario": name, "planned_under": name == s.years.price_scenario,
              "together_present_cost_usd": repriced_usd(s, together, paths, name),
              "myopic_present_cost_usd": repriced_usd(s, myopic, paths, name)} for name in sorted(paths)]
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=PRICE_COLUMNS)
 
 
 def _summary(s: Scenario, raw: RawScenario, settings: SolverSettings, chosen: YearsPlan, pv: dict, joint, joint_s: float,

@@ -59,7 +59,8 @@ SUMMARY_OPTIONAL = {
 NOISE_RPS = 1e-6  # requests/s
 
 
-def _json_object(path: Path, what: str) -> dict:
+def json_object(path: Path, what: str) -> dict:
+    """A JSON object fleetplan wrote, or an error naming the file (empty, truncated, edited)."""
     text = read_text(path, what)
     if not text.strip():
         raise ScenarioError(f"the file is empty (expected {what} written by fleetplan plan)", Origin(str(path)))
@@ -158,9 +159,9 @@ def read_folder(plan_dir) -> tuple[dict, dict, dict[str, pd.DataFrame]]:
     if missing:
         raise ScenarioError(f"{', '.join(missing)} missing; a plan folder holds {', '.join(REQUIRED)} "
                             "(half-copied?)", Origin(str(d)))
-    summary = _json_object(d / "summary.json", "the plan's summary")
+    summary = json_object(d / "summary.json", "the plan's summary")
     _check_summary(summary, d / "summary.json")
-    data = _json_object(d / "scenario.json", "the plan's resolved scenario")
+    data = json_object(d / "scenario.json", "the plan's resolved scenario")
     tables = {name: read_table(d / f"{name}.csv", cols) for name, cols in TABLE_COLUMNS.items()
               if name not in OPTIONAL_TABLES or (d / f"{name}.csv").exists()}
     return summary, data, tables

@@ -28,6 +28,7 @@ from optimizer.scenario.fleet import day, term_end
 
 SCHEDULE_COLUMNS = ["plan", "year", "start", "site", "gpu", "action", "term", "nodes", "ends", "usd_per_node_year",
                     "present_cost_usd"]
+PRICE_COLUMNS = ["price_scenario", "planned_under", "together_present_cost_usd", "myopic_present_cost_usd"]
 YEARS_COLUMNS = ["year", "start", "demand_factor", "operating_usd", "commitments_usd", "cost_usd", "discount_factor",
                  "present_cost_usd", "sunk_usd", "together_cost_usd", "myopic_cost_usd", "gpus_peak", "unserved_fraction"]
 

@@ -5,7 +5,6 @@ links to each year's own report."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -14,6 +13,7 @@ from optimizer.commands.report import formatting as f
 from optimizer.commands.report.drawing import Axes, Chart, bars
 from optimizer.commands.report.formatting import TableColumn, esc
 from optimizer.commands.report.html import chart_html, page, section, write_page
+from optimizer.folder.horizon import read_horizon
 from optimizer.results.horizon import term_label
 
 ACTION_LABELS = {"sign": "sign", "renew": "renew", "buy": "buy", "lapse": "let lapse", "retire": "retire"}
@@ -86,10 +86,8 @@ def _prices_html(prices: pd.DataFrame) -> str:
 def write_horizon_report(folder: Path) -> Path:
     """report.html in a (temporary) multi-year plan folder."""
     folder = Path(folder)
-    sm = json.loads((folder / "horizon.json").read_text())
-    years = pd.read_csv(folder / "years.csv")
-    schedule = pd.read_csv(folder / "schedule.csv")
-    prices = pd.read_csv(folder / "price_scenarios.csv")
+    sm, tables = read_horizon(folder)
+    years, schedule, prices = tables["years"], tables["schedule"], tables["price_scenarios"]
     links = "".join(f'<li><a href="year-{k}/report.html">year {k}</a></li>' for k in range(1, sm["years"] + 1))
     sections = [
         section("summary", "The plan over the years", lambda: _summary_html(sm), "summary"),
