@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from optimizer.base.errors import ScenarioError
-from optimizer.base.outputs import plan_folder_to_update
+from optimizer.base.outputs import HORIZON, folder_target, plan_folder_to_update
 from optimizer.cli.inputs import poisson_source, slice_list, trace_specs
 from optimizer.cli.output import print_json
 
@@ -24,6 +24,7 @@ def plan_years(args, loaded, progress) -> int:
     if args.robust:
         raise ScenarioError("--robust plans one year; give a scenario with horizon.years 1", field="--robust")
     s, raw = loaded
+    folder_target(args.out, HORIZON, inputs=raw.files())  # refuse a bad target (a one-year plan folder) before any work
     settings = settings_from(s, args.time_limit, args.mip_gap, args.threads, args.exact, args.backend, args.effort,
                              args.workers, args.scheduler)
     plan = plan_horizon(s, raw, settings, progress=progress, allow_unserved=args.allow_unserved)
