@@ -128,3 +128,35 @@ def test_reuse_refreshes_one_model_and_equals_the_individual_runs_within_the_gap
     # the refreshed price reached the model: the master LP's optimum (the bound) rises with it
     # (the heuristic plans need not: each is within its own gap)
     assert rows[0]["best_bound_usd"] < rows[1]["best_bound_usd"]
+
+
+def test_a_run_skips_only_the_predictions():
+    """A sweep's row reports no predicted p99s, so its runs leave out slo.csv: every other
+    table and the cost are those of the full plan, and the summary says the attainment was
+    not predicted (None) rather than claiming one."""
+    from optimizer.commands.pipeline import plan_scenario, settings_from
+    from optimizer.scenario import load_scenario
+
+    s, raw = load_scenario(TINY, [])
+    full = plan_scenario(s, raw, settings_from(s, None, None, workers=1))
+    light = plan_scenario(s, raw, settings_from(s, None, None, workers=1), predictions=False)
+    assert "slo" in full.tables and "slo" not in light.tables
+    for name, table in full.tables.items():
+        if name != "slo":
+            pd.testing.assert_frame_equal(table, light.tables[name])
+    assert light.summary["total_cost_usd"] == full.summary["total_cost_usd"]
+    assert full.summary["predicted_ttft_attainment"] is not None
+    assert light.summary["predicted_ttft_attainment"] is None and light.summary["predicted_itl_attainment"] is None
+
+
+def test_reuse_gives_each_worker_few_batches(tmp_path, monkeypatch):
+    """With reuse each worker plans its share in BATCHES_PER_WORKER batches (one model built
+    per batch), every run in exactly one batch."""
+    seen = []
+    monkeypatch.setattr(sweep_module, "_base_run", lambda specs, finished: (None, None, None))
+    monkeypatch.setattr(sweep_module, "_execute", lambda batches, *a: seen.extend(batches) or iter(()))
+    sweep(TINY, {"demand.scale": [round(0.5 + 0.01 * i, 2) for i in range(21)]}, "grid", workers=2, out=tmp_path,
+          reuse=True, progress=False)
+    assert [len(b) for b in seen] == [6, 6, 6, 3]
+    assert sorted(spec.overrides["demand.scale"] for b in seen for spec in b) == \
+        [round(0.5 + 0.01 * i, 2) for i in range(21)]

@@ -146,15 +146,17 @@ def robust_band(s: Scenario) -> list[dict]:
 
 
 def plan_scenario(s: Scenario, raw: RawScenario, settings: SolverSettings, *, allow_unserved=False, progress=None,
-                  cache=None, previous: tuple[dict, dict] | None = None) -> Plan:
+                  cache=None, previous: tuple[dict, dict] | None = None, predictions: bool = True) -> Plan:
     """Plan a validated scenario; ``previous``: the fleet it moves from (committed nodes,
-    on-demand peak per (site, gpu)), whose churn limits the plan keeps."""
+    on-demand peak per (site, gpu)), whose churn limits the plan keeps; ``predictions``
+    False: no slo.csv (`plan_tables`)."""
     return plan_instance(s, raw, settings, allow_unserved=allow_unserved, progress=progress, cache=cache,
-                         previous=previous)[0]
+                         previous=previous, predictions=predictions)[0]
 
 
 def plan_instance(s: Scenario, raw: RawScenario, settings: SolverSettings, *, allow_unserved=False, progress=None,
-                  cache=None, previous: tuple[dict, dict] | None = None) -> tuple[Plan, Instance]:
+                  cache=None, previous: tuple[dict, dict] | None = None,
+                  predictions: bool = True) -> tuple[Plan, Instance]:
     """`plan_scenario`, with the instance it planned (its prices and contracts)."""
     say = progress or (lambda msg: None)
     sized = size_kv_cache(s)  # KV-cache tiers (kv_cache:): the hit rates the plan runs with
@@ -166,7 +168,7 @@ def plan_instance(s: Scenario, raw: RawScenario, settings: SolverSettings, *, al
     say(f"instance: {len(inst.metros)} metros, {len(inst.sites)} sites, {len(inst.states)} states, "
         f"{len(inst.pools)} pools, {sum(len(a) for a in inst.arcs.values())} routing arcs")
     result = solve(inst, settings, progress, cache)
-    tables = plan_tables(s, inst, result)
+    tables = plan_tables(s, inst, result, predictions)
     summary = plan_summary(s, raw, inst, result, tables, settings)
     if sized is not None:
         summary["kv_cache"] = kv_cache_summary(s, sized, inst, tables["routing"], summary["total_cost_usd"])

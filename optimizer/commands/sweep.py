@@ -41,7 +41,9 @@ from optimizer.base.outputs import (
 )
 from optimizer.base.sources import limit, over_limit, read_text
 
-REUSE_BATCH = 4  # runs a worker plans in a row, sharing one model, when reuse is on
+# with reuse, each worker plans its runs in this many batches, a batch in a row sharing one
+# model: few builds, and no worker left alone with a long tail while the others idle
+BATCHES_PER_WORKER = 2
 SUMMARY_FIELDS = ("status", "mip_gap", "total_cost_usd", "objective_usd", "best_bound_usd", "cost_per_million_tokens_usd",
                   "reserved_share_of_gpu_hours", "tokens_per_s_per_mw", "unserved_fraction", "average_utilization",
                   "goodput_tokens_per_s_avg", "solve_seconds")
@@ -175,8 +177,9 @@ def run_one(spec: RunSpec, cache=None) -> dict:
     row = {"run_id": run_id(spec.overrides), **spec.overrides}
     try:
         s, raw = load_scenario(spec.scenario, [f"{k}={v}" for k, v in spec.overrides.items()])
+        # a row reports no predicted p99s: the runs skip them (plan_tables)
         plan = plan_scenario(s, raw, settings_from(s, spec.time_limit_s, spec.mip_gap, effort=spec.effort,
-                                                              workers=1), cache=cache)
+                                                              workers=1), cache=cache, predictions=False)
         sm = plan.summary
         row.update({f: sm.get(f) for f in SUMMARY_FIELDS})
         row.update({f"gpus_{g}": n for g, n in sm["gpus_by_type_peak"].items()})
@@ -282,9 +285,7 @@ def sweep(scenario=None, vary: dict[str, list] | None = None, mode: str = "grid"
         finished.add(row["run_id"])
     todo = [replace(spec, basis=basis) for spec in specs if run_id(spec.overrides) not in finished]
     bar = _Progress(len(specs), len(rows)) if progress else None
-    # with reuse a worker plans a batch in a row; no larger than an even share of the runs,
-    # else one worker is left with the tail while the others idle
-    size = max(1, min(REUSE_BATCH, -(-len(todo) // max(workers, 1)))) if reuse else 1
+    size = max(1, -(-len(todo) // (max(workers, 1) * BATCHES_PER_WORKER))) if reuse else 1
     batches = [todo[i:i + size] for i in range(0, len(todo), size)]
     for batch_rows in _execute(batches, executor, workers, scheduler):
         for row in batch_rows:

@@ -94,8 +94,8 @@ def plan_summary(s: Scenario, raw: RawScenario, inst: Instance, result: SolveRes
         if gpu_hours_committed + gpu_hours_ondemand else 0.0,
         "average_utilization": replica_gpu_hours / (gpu_hours_committed + gpu_hours_ondemand)
         if gpu_hours_committed + gpu_hours_ondemand else 0.0,
-        "predicted_ttft_attainment": _attainment(tables["slo"], tables["routing"], "ttft"),
-        "predicted_itl_attainment": _attainment(tables["slo"], tables["routing"], "itl"),
+        "predicted_ttft_attainment": _attainment(tables.get("slo"), tables["routing"], "ttft"),
+        "predicted_itl_attainment": _attainment(tables.get("slo"), tables["routing"], "itl"),
         "carbon": carbon_summary(s, inst, proc, annual_tokens),
         "fleet": fleet_summary(s, inst, proc),
         "gpus_by_type_peak": gpus_by_type_peak(inst, sol),
@@ -203,8 +203,11 @@ def carbon_summary(s, inst, proc, annual_tokens: float) -> dict:
     }
 
 
-def _attainment(slo: pd.DataFrame, routing: pd.DataFrame, what: str) -> float:
-    """Share of served requests on arcs whose predicted p99 meets the objective."""
+def _attainment(slo: pd.DataFrame | None, routing: pd.DataFrame, what: str) -> float | None:
+    """Share of served requests on arcs whose predicted p99 meets the objective (None: not
+    predicted)."""
+    if slo is None:
+        return None
     if slo.empty or routing.empty:
         return 1.0
     ok = slo[f"{what}_p99_ms_predicted"] <= slo[f"{what}_p99_ms_objective"] + 1e-6

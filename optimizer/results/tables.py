@@ -44,7 +44,9 @@ def _pool_waits_ms(s: Scenario, inst: Instance, sol) -> list[float]:
     return (wait_quantile_s(a[0], a[1], a[2], a[3], a[4], a[5], a[6]) * MS_PER_S).tolist()
 
 
-def plan_tables(s: Scenario, inst: Instance, result: SolveResult) -> dict[str, pd.DataFrame]:
+def plan_tables(s: Scenario, inst: Instance, result: SolveResult, predictions: bool = True) -> dict[str, pd.DataFrame]:
+    """The plan's tables; ``predictions`` False leaves out slo.csv (its predicted p99s are a
+    tenth to a fifth of a run's time, and a sweep's row does not report them)."""
     sol = result.solution
     slice_of = slice_columns(inst)
     pools = []
@@ -70,14 +72,10 @@ def plan_tables(s: Scenario, inst: Instance, result: SolveResult) -> dict[str, p
     nodes = node_table(inst, sol)
     nodes = pd.concat([pd.DataFrame([slice_of[sid] for sid in nodes.pop("state")], index=nodes.index)
                        .drop(columns="lost_site"), nodes], axis=1) if len(nodes) else nodes.drop(columns="state")
-    return {
-        "procurement": procurement_table(inst, sol),
-        "nodes": nodes,
-        "pools": pools_df,
-        "routing": routing_df,
-        "slo": slo_table(s, inst, sol, pools_df),
-        "curves": _curves_table(inst, sol),
-    }
+    tables = {"procurement": procurement_table(inst, sol), "nodes": nodes, "pools": pools_df, "routing": routing_df}
+    if predictions:
+        tables["slo"] = slo_table(s, inst, sol, pools_df)
+    return {**tables, "curves": _curves_table(inst, sol)}
 
 
 def rtt_lookup(inst: Instance) -> dict:
