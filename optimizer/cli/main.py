@@ -265,7 +265,7 @@ def cmd_sweep(args) -> int:
 @command("compare", "plan folders side by side", flags.compare)
 def cmd_compare(args) -> int:
     from optimizer.commands.compare import compare, comparison_text, write_comparison
-    from optimizer.commands.compare_fleet import is_fleet_folder
+    from optimizer.commands.compare_fleet import compare_running, is_fleet_folder
     from optimizer.commands.report.compare_page import write_compare_report
     from optimizer.folder.horizon import year_folders
 
@@ -273,7 +273,7 @@ def cmd_compare(args) -> int:
     if len(args.plans) < 2:
         raise ScenarioError("give at least two plan folders to compare")
     if any(is_fleet_folder(d) for d in args.plans):
-        return compare_running(args)
+        return print(compare_running(args.plans, args.out)) or 0
     for d in args.plans:
         if not (Path(d) / "summary.json").is_file():
             raise ScenarioError("not a plan folder (no summary.json); expected a folder written by fleetplan plan",
@@ -286,30 +286,6 @@ def cmd_compare(args) -> int:
     print(comparison_text(cmp))
     if args.out:
         print(f"written: {Path(args.out) / 'compare.csv'}, routing_changes.csv, compare.png, compare.html")
-    return 0
-
-
-def compare_running(args) -> int:
-    """compare with an import-deployment fleet folder among the folders (`compare_fleet`)."""
-    from optimizer.commands.compare import label
-    from optimizer.commands.compare_fleet import compare_fleet, fleet_comparison_text, write_fleet_comparison
-
-    paths = [Path(d) for d in args.plans]
-    for d in paths:
-        if not (d / "summary.json").is_file() and not (d / "fleet.json").is_file():
-            raise ScenarioError("neither a plan folder (summary.json) nor a fleet folder of fleetplan "
-                                "import-deployment (fleet.json)", field=str(d))
-    if args.out is not None:
-        folder_target(args.out, COMPARISON, inputs=args.plans)
-    names: list[str] = []
-    for d in paths:
-        names.append(label(d, names))
-    cmp = compare_fleet(paths, names)
-    if args.out:
-        write_fleet_comparison(cmp, args.out, args.plans)
-    print(fleet_comparison_text(cmp))
-    if args.out:
-        print(f"written: {Path(args.out) / 'compare.csv'}")
     return 0
 
 
@@ -471,9 +447,7 @@ def cmd_import_deployment(args) -> int:
 
     importing.target(args.out, args.manifests)
     tables = importing.fleet_tables(importing.read_manifests(args.manifests))
-    recorded = importing.slices_of(args.manifests)
-    meta = {"manifests": [str(m) for m in args.manifests],
-            "manifest_slice": next(iter(recorded)) if len(recorded) == 1 else None}
+    meta, recorded = importing.fleet_meta(args.manifests)
     if args.against:
         from optimizer.commands.export.fleet import parse_slice, read_fleet
 

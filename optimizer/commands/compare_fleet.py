@@ -111,3 +111,26 @@ def fleet_comparison_text(cmp: FleetComparison) -> str:
     if cmp.identical:
         lines.append("no differences")
     return "\n".join(lines)
+
+
+def compare_running(plans: list[str], out) -> str:
+    """`fleetplan compare` with a fleet folder among ``plans``: checked, compared, written to
+    ``out`` (if given); the text to print."""
+    from optimizer.commands.compare import label
+
+    paths = [Path(d) for d in plans]
+    for d in paths:
+        if not (d / "summary.json").is_file() and not (d / FLEET.marker).is_file():
+            raise ScenarioError("neither a plan folder (summary.json) nor a fleet folder of fleetplan "
+                                "import-deployment (fleet.json)", field=str(d))
+    if out is not None:
+        folder_target(out, COMPARISON, inputs=plans)
+    names: list[str] = []
+    for d in paths:
+        names.append(label(d, names))
+    cmp = compare_fleet(paths, names)
+    text = fleet_comparison_text(cmp)
+    if out:
+        write_fleet_comparison(cmp, out, plans)
+        text += f"\nwritten: {Path(out) / 'compare.csv'}"
+    return text
