@@ -311,3 +311,35 @@ def test_a_running_fleet_starts_a_plan_and_compares_with_plans(plans, exported, 
     assert (g["us-east"] == g["running"]).all() and g["running"].sum() == gpus["gpus"].sum()
     assert main(["compare", str(plans / "us-east-low"), str(running)]) == 0
     assert "replicas: 0 of" not in capsys.readouterr().out
+
+
+def _native_bounds(fmt: str, doc: dict) -> list[tuple[dict, int, int]]:
+    """(annotations and labels, floor, ceiling) of every pool a manifest bounds natively."""
+    if fmt == "llm-d":
+        parts = [w for w in (doc["spec"], doc["spec"].get("prefill")) if w and w.get("annotations")]
+        return [({**w["labels"], **w["annotations"]}, w.get("scaling", {}).get("minReplicas", 0),
+                 w.get("scaling", {}).get("maxReplicas", 0)) for w in parts]
+    if fmt == "vllm-stack":
+        return [({**m["labels"], **m["annotations"]}, m["keda"]["minReplicaCount"], m["keda"]["maxReplicaCount"])
+                for m in doc["servingEngineSpec"]["modelSpec"]]
+    meta = {"fleetplan.io/" + k.removeprefix("FLEETPLAN_").lower(): v for k, v in doc["envs"].items()}
+    policy = doc["service"]["replica_policy"]
+    return [(meta, policy["min_replicas"], policy["max_replicas"])]
+
+
+@pytest.mark.parametrize("fmt, plan", [("llm-d", "us-east"), ("vllm-stack", "us-east"), ("skyserve", "tiny")])
+def test_native_bounds_are_those_of_bounds_csv(exported, fmt, plan):
+    folder = exported[(fmt, plan)]
+    bounds = pd.concat(pd.read_csv(f, keep_default_na=False) for f in folder.glob("*/bounds.csv"))
+    slice_ = yaml.safe_load((folder / "export.json").read_text())["slice"]
+    at = bounds[bounds[["period", "day_type", "hour"]].astype(str).agg("/".join, axis=1) == slice_]
+    want = {(b["site"], b["config"], int(b["tier"]), int(b["speed"])): (b["floor"], b["ceiling"])
+            for _, b in at.iterrows()}
+    seen = 0
+    for _, doc in manifests_in(folder):
+        for meta, floor, ceiling in _native_bounds(fmt, doc):
+            key = (meta["fleetplan.io/site"], meta["fleetplan.io/config"], int(meta["fleetplan.io/tier"]),
+                   int(meta["fleetplan.io/speed"]))
+            assert (floor, ceiling) == want[key], key
+            seen += 1
+    assert seen == len(want)
