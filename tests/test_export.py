@@ -206,3 +206,140 @@ def test_import_refuses_what_it_cannot_read(tmp_path, capsys):
     bad.write_text("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n")
     assert main(["import-deployment", str(bad), "--out", str(tmp_path / "fleet")]) == 2
     assert "deploy.yaml" in capsys.readouterr().err and not (tmp_path / "fleet").exists()
+
+
+@pytest.fixture(scope="module")
+def moe_plan(tmp_path_factory):
+    out = tmp_path_factory.mktemp("moe") / "plan"
+    assert main(["plan", str(DATA_DIR / "scenarios" / "deepseek-moe.yaml"), "--effort", "first", "--out", str(out),
+                 "--quiet", "--no-report"]) == 0
+    return out
+
+
+@pytest.mark.parametrize("fmt", DISAGGREGATED)
+def test_expert_parallel_and_precisions_are_written_and_read_back(moe_plan, tmp_path, fmt):
+    fleet = read_fleet(moe_plan)
+    ep = [p for p in fleet.pools if p.config.endswith("decode-ep")]
+    assert ep and all((p.tp, p.dp, p.expert_parallel, p.weight_dtype, p.kv_dtype) == (1, 8, True, "fp8", "fp8")
+                      for p in ep)
+    out = tmp_path / fmt
+    assert main(["export", str(moe_plan), "--to", fmt, "--out", str(out)]) == 0
+    text = "\n".join(p.read_text() for p in out.glob("*/*.yaml"))
+    if fmt == "llm-d":
+        assert "expert: true" in text and "dataLocal: 8" in text
+    else:
+        assert "--enable-expert-parallel" in text and "--data-parallel-size" in text
+    assert "--quantization" in text and "--kv-cache-dtype" in text
+    assert main(["import-deployment", *map(str, out.glob("*/*.yaml")), "--out", str(tmp_path / "fleet")]) == 0
+    running = pd.read_csv(tmp_path / "fleet" / "pools.csv", keep_default_na=False)
+    per_pool = {p.key: p for p in fleet.pools}
+    for _, r in running.iterrows():
+        p = per_pool[tuple(r[k] for k in POOL_KEY)]
+        assert (r["gpus_per_replica"], r["tp"], r["dp"], r["nodes"], r["expert_parallel"], r["weight_dtype"],
+                r["kv_dtype"]) == (p.gpus, p.tp, p.dp, p.nodes, p.expert_parallel, p.weight_dtype, p.kv_dtype)
+
+
+def test_engine_arguments_round_trip_speculation_and_4bit_formats(plans):
+    from dataclasses import replace
+
+    from optimizer.commands.export.bounds import bounds_table
+    from optimizer.commands.export.common import ExportJob, engine_of, vllm_args
+
+    fleet = read_fleet(plans / "tiny")
+    ctx = ExportJob(fleet, fleet.busiest_slice(), bounds_table(fleet))
+    p = replace(fleet.pools[0], tp=2, dp=4, expert_parallel=True, weight_dtype="nvfp4", kv_dtype="fp8",
+                speculative="mtp", draft_tokens=2)
+    args = vllm_args(p, ctx)
+    assert args[args.index("--quantization") + 1] == "modelopt_fp4"
+    assert engine_of(args, 99) == {"tp": 2, "dp": 4, "expert_parallel": True, "weight_dtype": "nvfp4",
+                                   "kv_dtype": "fp8", "speculative": "mtp", "draft_tokens": 2}
+    assert any("nvfp4 weights need a checkpoint" in w for w in ctx.warnings)
+    assert engine_of(vllm_args(replace(p, speculative="draft"), ctx), 1)["speculative"] == ""
+    assert any("no draft model" in w for w in ctx.warnings)
+
+
+def test_a_spot_plan_exports_spot_pools(tmp_path):
+    plan = tmp_path / "spot"
+    assert main(["plan", str(US_EAST), "--effort", "first", "--set", "spot.enabled=true", "--set",
+                 "serving.modes=[colocated]", "--out", str(plan), "--quiet", "--no-report"]) == 0
+    spot = [p for p in read_fleet(plan).pools if p.gpu.endswith("-spot")]
+    assert spot
+    for fmt in ("skyserve", "dynamo"):
+        out = tmp_path / fmt
+        assert main(["export", str(plan), "--to", fmt, "--out", str(out)]) == 0
+        assert main(["import-deployment", *map(str, out.glob("*/*.yaml")), "--out", str(tmp_path / f"in-{fmt}"),
+                     "--against", str(plan)]) == 0
+        assert (pd.read_csv(tmp_path / f"in-{fmt}" / "against.csv")["difference"] == 0).all()
+    services = [d for _, d in manifests_in(tmp_path / "skyserve")]
+    on_spot = [d for d in services if d["resources"]["use_spot"]]
+    assert len(on_spot) == len({(p.site, p.config, p.tier) for p in spot})
+    assert all(d["envs"]["FLEETPLAN_ACCELERATOR"].endswith("-spot") and
+               "-spot" not in next(iter(d["resources"]["accelerators"])) for d in on_spot)
+
+
+def test_every_catalogue_model_maps_to_a_repository():
+    from optimizer.commands.export.fleet import model_repo
+
+    models = pd.read_csv(DATA_DIR / "models.csv")["id"]
+    assert len(models) >= 12
+    for m in models:
+        org, _, name = model_repo(m, {}).partition("/")
+        assert org and name and "/" not in name, m
+
+
+def test_a_running_fleet_starts_a_plan_and_compares_with_plans(plans, exported, tmp_path, capsys):
+    import math
+
+    running = tmp_path / "running"
+    assert main(["import-deployment", *map(str, exported[("dynamo", "us-east")].glob("*/*.yaml")),
+                 "--out", str(running)]) == 0
+    gpus = pd.read_csv(running / "gpus.csv")
+    new = tmp_path / "new"
+    assert main(["plan", str(US_EAST), "--set", "horizon.start=2027-01-01", "--fleet-from-plan", str(running),
+                 "--out", str(new), "--quiet", "--no-report", "--effort", "first"]) == 0
+    proc = pd.read_csv(new / "procurement.csv").set_index(["site", "gpu"])
+    for r in gpus.itertuples():
+        expect = math.ceil(r.gpus / 8)
+        got = int(proc.loc[(r.site, r.gpu), "existing_reserved_nodes"]) if (r.site, r.gpu) in proc.index else 0
+        assert got == expect, (r.site, r.gpu)
+    capsys.readouterr()
+    cmp = tmp_path / "cmp"
+    assert main(["compare", str(plans / "us-east"), str(running), "--out", str(cmp)]) == 0
+    assert "replicas: 0 of" in capsys.readouterr().out
+    table = pd.read_csv(cmp / "compare.csv", keep_default_na=False)
+    g = table[table["section"] == "gpus"].pivot(index="key", columns="plan", values="value").astype(int)
+    assert (g["us-east"] == g["running"]).all() and g["running"].sum() == gpus["gpus"].sum()
+    assert main(["compare", str(plans / "us-east-low"), str(running)]) == 0
+    assert "replicas: 0 of" not in capsys.readouterr().out
+
+
+def _native_bounds(fmt: str, doc: dict) -> list[tuple[dict, int, int]]:
+    """(annotations and labels, floor, ceiling) of every pool a manifest bounds natively."""
+    if fmt == "llm-d":
+        parts = [w for w in (doc["spec"], doc["spec"].get("prefill")) if w and w.get("annotations")]
+        return [({**w["labels"], **w["annotations"]}, w.get("scaling", {}).get("minReplicas", 0),
+                 w.get("scaling", {}).get("maxReplicas", 0)) for w in parts]
+    if fmt == "vllm-stack":
+        return [({**m["labels"], **m["annotations"]}, m["keda"]["minReplicaCount"], m["keda"]["maxReplicaCount"])
+                for m in doc["servingEngineSpec"]["modelSpec"]]
+    meta = {"fleetplan.io/" + k.removeprefix("FLEETPLAN_").lower(): v for k, v in doc["envs"].items()}
+    policy = doc["service"]["replica_policy"]
+    return [(meta, policy["min_replicas"], policy["max_replicas"])]
+
+
+@pytest.mark.parametrize("fmt, plan", [("llm-d", "us-east"), ("vllm-stack", "us-east"), ("skyserve", "tiny")])
+def test_native_bounds_are_those_of_bounds_csv(exported, fmt, plan):
+    folder = exported[(fmt, plan)]
+    bounds = pd.concat(pd.read_csv(f, keep_default_na=False) for f in folder.glob("*/bounds.csv"))
+    slice_ = yaml.safe_load((folder / "export.json").read_text())["slice"]
+    at = bounds[bounds[["period", "day_type", "hour"]].astype(str).agg("/".join, axis=1) == slice_]
+    want = {(b["site"], b["config"], int(b["tier"]), int(b["speed"])): (b["floor"], b["ceiling"])
+            for _, b in at.iterrows()}
+    seen = 0
+    for _, doc in manifests_in(folder):
+        for meta, floor, ceiling in _native_bounds(fmt, doc):
+            key = (meta["fleetplan.io/site"], meta["fleetplan.io/config"], int(meta["fleetplan.io/tier"]),
+                   int(meta["fleetplan.io/speed"]))
+            assert (floor, ceiling) == want[key], key
+            seen += 1
+    assert seen == len(want)

@@ -199,7 +199,9 @@ def plan(pl) -> None:
     pl.add_argument("--allow-unserved", action="store_true", help="write the plan even if some demand is unserved")
     pl.add_argument("--fleet-from-plan", metavar="DIR",
                     help="start from the fleet a plan folder signed (its contracts from its first day, or a year before "
-                         "this scenario's horizon.start) and the fleet it started from")
+                         "this scenario's horizon.start) and the fleet it started from; or from a fleet folder of "
+                         "import-deployment: its GPUs as nodes reserved for the plan's first year (assumed: "
+                         "manifests do not say the contract)")
     pl.add_argument("--from-plan", metavar="DIR",
                     help="alone: plan again exactly what a plan folder records; with --max-changes, SCENARIO or --set: "
                          "re-plan (that scenario, else the folder's own with the --set changes) starting from the "
@@ -236,7 +238,8 @@ def sweep(sw) -> None:
 
 
 def compare(cp) -> None:
-    cp.add_argument("plans", nargs="+")
+    cp.add_argument("plans", nargs="+", help="plan folders; or plan folders and fleet folders of import-deployment "
+                                             "(then GPUs by site and accelerator and replicas by pool)")
     cp.add_argument("--out", help="folder for compare.csv, routing_changes.csv, compare.png and compare.html")
 
 

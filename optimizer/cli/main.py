@@ -265,12 +265,15 @@ def cmd_sweep(args) -> int:
 @command("compare", "plan folders side by side", flags.compare)
 def cmd_compare(args) -> int:
     from optimizer.commands.compare import compare, comparison_text, write_comparison
+    from optimizer.commands.compare_fleet import compare_running, is_fleet_folder
     from optimizer.commands.report.compare_page import write_compare_report
     from optimizer.folder.horizon import year_folders
 
     args.plans = [str(d) for p in args.plans for d in year_folders(p)]  # a multi-year plan: each of its years
     if len(args.plans) < 2:
         raise ScenarioError("give at least two plan folders to compare")
+    if any(is_fleet_folder(d) for d in args.plans):
+        return print(compare_running(args.plans, args.out)) or 0
     for d in args.plans:
         if not (Path(d) / "summary.json").is_file():
             raise ScenarioError("not a plan folder (no summary.json); expected a folder written by fleetplan plan",
@@ -444,12 +447,11 @@ def cmd_import_deployment(args) -> int:
 
     importing.target(args.out, args.manifests)
     tables = importing.fleet_tables(importing.read_manifests(args.manifests))
-    meta = {"manifests": [str(m) for m in args.manifests]}
+    meta, recorded = importing.fleet_meta(args.manifests)
     if args.against:
         from optimizer.commands.export.fleet import parse_slice, read_fleet
 
         fleet = read_fleet(args.against)
-        recorded = importing.slices_of(args.manifests)
         t = parse_slice(args.slice, fleet) if args.slice else \
             parse_slice(recorded.pop(), fleet) if len(recorded) == 1 else fleet.busiest_slice()
         tables["against"] = importing.against_plan(tables["pools"], fleet, t)

@@ -34,7 +34,7 @@ class Comparison:
         return same and self.routing_changes.empty
 
 
-def _label(path: Path, names: list[str]) -> str:
+def label(path: Path, names: list[str]) -> str:
     name = path.name or str(path)
     return name if name not in names else f"{name}#{len(names) + 1}"
 
@@ -90,7 +90,7 @@ def compare(plan_dirs: list[str | Path]) -> Comparison:
     paths = [Path(p) for p in plan_dirs]
     names: list[str] = []
     for p in paths:
-        names.append(_label(p, names))
+        names.append(label(p, names))
     plans = [read_plan(p) for p in paths]
     headline = pd.DataFrame({n: _headline(p) for n, p in zip(names, plans)})
     by_workload = pd.concat({n: pd.DataFrame({

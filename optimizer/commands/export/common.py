@@ -9,6 +9,7 @@ bounds.csv, the floor and ceiling of every hour). Labels: site and workload.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -70,13 +71,69 @@ def gpu_resource(p: ServingPool, ctx: ExportJob) -> str:
     return GPU_RESOURCES[vendor]
 
 
-def vllm_args(p: ServingPool, ctx: ExportJob) -> list[str]:
-    """vLLM engine arguments of the pool's replicas: the model, TP and, for a replica over
-    several nodes, data parallelism across them with expert parallelism (`fleet.engine`)."""
-    args = ["--model", ctx.repo(p), "--tensor-parallel-size", str(p.tp)]
-    if p.nodes > 1:
-        args += ["--data-parallel-size", str(p.nodes), "--enable-expert-parallel"]
+# vLLM engine arguments (docs.vllm.ai, "Engine Arguments"; docs/features/speculative_decoding/mtp.md):
+# --quantization of each weight format (fp8 quantises a bf16 checkpoint online; the 4-bit formats
+# need a checkpoint quantised so: ModelOpt NVFP4, OCP MXFP4, AWQ), --kv-cache-dtype of each KV format
+QUANTIZATION = {"fp8": "fp8", "nvfp4": "modelopt_fp4", "mxfp4": "mxfp4", "int4": "awq"}
+KV_CACHE_DTYPE = {"fp8": "fp8"}
+FLAG_VALUE = ("--tensor-parallel-size", "--data-parallel-size", "--quantization", "--kv-cache-dtype",
+              "--speculative-config")
+
+
+def parallel_args(p: ServingPool) -> list[str]:
+    """TP, DP and expert parallelism of a replica (`fleet.engine`)."""
+    args = ["--tensor-parallel-size", str(p.tp)]
+    if p.dp > 1:
+        args += ["--data-parallel-size", str(p.dp)]
+    return args + (["--enable-expert-parallel"] if p.expert_parallel else [])
+
+
+def precision_args(p: ServingPool, ctx: ExportJob) -> list[str]:
+    """Weight and KV formats and speculative decoding of a replica; what vLLM cannot state is
+    a warning naming the pool."""
+    args = []
+    if p.weight_dtype in QUANTIZATION:
+        args += ["--quantization", QUANTIZATION[p.weight_dtype]]
+        if p.weight_dtype not in ("fp8",):
+            _warn(ctx, f"{p.site}/{p.config}: {p.weight_dtype} weights need a checkpoint quantised so "
+                       f"(--model-repo {p.model}=ORG/NAME)")
+    if p.kv_dtype in KV_CACHE_DTYPE:
+        args += ["--kv-cache-dtype", KV_CACHE_DTYPE[p.kv_dtype]]
+    elif p.kv_dtype != "bf16":
+        _warn(ctx, f"{p.site}/{p.config}: vLLM has no {p.kv_dtype} KV cache; written as fp8, which holds fewer "
+                   "sequences than the plan sized")
+        args += ["--kv-cache-dtype", "fp8"]
+    if p.speculative == "mtp":
+        args += ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": p.draft_tokens})]
+    elif p.speculative:
+        _warn(ctx, f"{p.site}/{p.config}: planned with speculative decoding by a draft model; the catalogue names no "
+                   "draft model, so none is written")
     return args
+
+
+def _warn(ctx: ExportJob, text: str) -> None:
+    if text not in ctx.warnings:
+        ctx.warnings.append(text)
+
+
+def vllm_args(p: ServingPool, ctx: ExportJob) -> list[str]:
+    """vLLM engine arguments of the pool's replicas: the model, its parallelism, precisions
+    and speculation."""
+    return ["--model", ctx.repo(p), *parallel_args(p), *precision_args(p, ctx)]
+
+
+def engine_of(args: list[str], tp: int) -> dict:
+    """What vLLM engine arguments say of a replica (``tp`` where they do not): TP, DP, expert
+    parallelism, weight and KV formats, speculation — the inverse of `vllm_args`."""
+    value = {f: str(args[args.index(f) + 1]) for f in FLAG_VALUE if f in args[:-1]}
+    weights = {q: w for w, q in QUANTIZATION.items()}
+    spec = json.loads(value["--speculative-config"]) if "--speculative-config" in value else {}
+    return {"tp": int(value.get("--tensor-parallel-size", tp)), "dp": int(value.get("--data-parallel-size", 1)),
+            "expert_parallel": "--enable-expert-parallel" in args,
+            "weight_dtype": weights.get(value.get("--quantization"), "bf16"),
+            "kv_dtype": "fp8" if value.get("--kv-cache-dtype", "auto").startswith("fp8") else "bf16",
+            "speculative": "mtp" if spec.get("method") in ("mtp", "deepseek_mtp") else "",
+            "draft_tokens": int(spec.get("num_speculative_tokens", 0))}
 
 
 @dataclass(frozen=True)
@@ -88,6 +145,12 @@ class Running(PoolKey):
     nodes: int
     replicas: int
     manifest: str
+    dp: int = 1
+    expert_parallel: bool = False
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    speculative: str = ""
+    draft_tokens: int = 0
 
 
 def role_of(meta: dict, default: str) -> str:
@@ -96,17 +159,19 @@ def role_of(meta: dict, default: str) -> str:
     return next((str(r) for r in Role if tag.startswith(str(r))), default)
 
 
-def pool_from(meta: dict, *, role: str, tp: int, nodes: int, replicas: int, model: str, gpu: str | None,
+def pool_from(meta: dict, *, role: str, engine: dict, nodes: int, replicas: int, model: str, gpu: str | None,
               site: str | None, where: str) -> Running:
     """A Running pool from a manifest's native fields and its fleetplan annotations and labels
-    (``meta``: both merged). Without annotations (a manifest fleetplan did not write) the
+    (``meta``: both merged; ``engine``: `engine_of`, where a replica over several nodes without
+    DP states TP per node). Without annotations (a manifest fleetplan did not write) the
     config id is made from the native fields: MODEL/ACCELERATOR/xGPUS/ROLE."""
     gpu = meta.get(f"{ANNOTATION}accelerator") or gpu
     site = meta.get(f"{ANNOTATION}site") or site
     if not gpu:
         raise ScenarioError("the accelerator is not stated (expected the node selector or annotation "
                             f"{ANNOTATION}accelerator)", Origin(where), field=f"{ANNOTATION}accelerator")
-    gpus = tp * nodes
+    tp, dp = engine["tp"], engine["dp"]
+    gpus = tp * max(dp, nodes)
     config = meta.get(f"{ANNOTATION}config") or f"{model}/{gpu}/x{gpus}/{role}"
     parts = config.split("/")
     if len(parts) < 4 or parts[1] != gpu or parts[2] != f"x{gpus}" or not parts[3].startswith(role):
@@ -114,4 +179,6 @@ def pool_from(meta: dict, *, role: str, tp: int, nodes: int, replicas: int, mode
                             f"'{config}'; the manifest was edited after export?", Origin(where),
                             field=f"{ANNOTATION}config")
     return Running(site or "", meta.get(f"{ANNOTATION}workload") or parts[0], int(meta.get(f"{ANNOTATION}tier", -1)),
-                   role, int(meta.get(f"{ANNOTATION}speed", -1)), gpu, config, gpus, tp, nodes, int(replicas), where)
+                   role, int(meta.get(f"{ANNOTATION}speed", -1)), gpu, config, gpus, tp, nodes, int(replicas), where,
+                   dp, bool(engine["expert_parallel"]), engine["weight_dtype"], engine["kv_dtype"], engine["speculative"],
+                   engine["draft_tokens"])

@@ -27,7 +27,16 @@ Fields and where they come from (CRD paths of the vendored schemas):
 from __future__ import annotations
 
 from optimizer.base.units import Role
-from optimizer.commands.export.common import ExportJob, Running, annotations, gpu_resource, labels, pool_from, vllm_args
+from optimizer.commands.export.common import (
+    ExportJob,
+    Running,
+    annotations,
+    engine_of,
+    gpu_resource,
+    labels,
+    pool_from,
+    vllm_args,
+)
 from optimizer.commands.export.fleet import ANNOTATION, NODE_LABEL, Deployment, ServingPool, dns_name
 
 API = "nvidia.com/v1alpha1"
@@ -101,10 +110,6 @@ def render(dep: Deployment, ctx: ExportJob) -> list[tuple[str, dict]]:
             ("DynamoGraphDeploymentRequest", _request(dep, ctx))]
 
 
-def _arg(args: list[str], flag: str, default: int) -> int:
-    return int(args[args.index(flag) + 1]) if flag in args else default
-
-
 def read(doc: dict, where: str, site: str | None) -> list[Running]:
     """The worker services of a DynamoGraphDeployment (adapters and requests carry no pool)."""
     if doc.get("kind") != "DynamoGraphDeployment":
@@ -117,10 +122,10 @@ def read(doc: dict, where: str, site: str | None) -> list[Running]:
         args = [str(a) for a in main.get("args", [])]
         role = svc.get("subComponentType") or str(Role.COLOCATED)
         nodes = int(svc.get("multinode", {}).get("nodeCount", 1))
-        tp = _arg(args, "--tensor-parallel-size", int(svc.get("resources", {}).get("limits", {}).get("gpu", 1)))
+        engine = engine_of(args, int(svc.get("resources", {}).get("limits", {}).get("gpu", 1)))
         model = args[args.index("--model") + 1] if "--model" in args else name
         meta = {**svc.get("labels", {}), **svc.get("annotations", {})}
         gpu = svc.get("extraPodSpec", {}).get("nodeSelector", {}).get(NODE_LABEL)
-        out.append(pool_from(meta, role=role, tp=tp, nodes=nodes, replicas=svc.get("replicas", 1), model=model,
+        out.append(pool_from(meta, role=role, engine=engine, nodes=nodes, replicas=svc.get("replicas", 1), model=model,
                              gpu=gpu, site=site, where=f"{where}: services.{name}"))
     return out

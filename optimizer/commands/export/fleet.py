@@ -9,7 +9,12 @@ are a contingency and not part of the fleet), curves.csv (GPUs per replica) and 
 Engine parallelism of a config of g GPUs on an accelerator of n GPUs per node (the rules of
 `optimizer.serving.configs.parallel_degrees`): g ≤ n is tensor parallelism TP = g on one node; g > n
 (MoE models only) spans N = g / n nodes, TP = n inside each node and expert parallelism
-across them.
+across them (data parallelism DP = N). An expert-parallel config of curves.csv
+(``expert_parallel``: experts sharded, attention data-parallel, `optimizer.serving.experts`)
+runs TP = 1 and DP = g with expert parallelism, on N = ⌈g / n⌉ nodes. Its weight and KV
+precisions (``weight_dtype``, ``kv_dtype``; a folder written before precisions were a choice:
+the workload's) and speculative decoding (``speculative``: MTP on an expert-parallel replica,
+a draft model elsewhere, as `optimizer.serving.experts.speculation` says) go with it.
 
 Deployments (one manifest each, per site): the prefill and decode pools of one workload and
 decode class (`speed`; prefill pools of class k hand their requests to decode pools of class
@@ -40,6 +45,12 @@ MODEL_REPOS = {
     "qwen3-32b": "Qwen/Qwen3-32B",
     "mixtral-8x7b": "mistralai/Mixtral-8x7B-Instruct-v0.1",
     "deepseek-v3": "deepseek-ai/DeepSeek-V3",
+    "gpt-oss-120b": "openai/gpt-oss-120b",
+    "deepseek-r1": "deepseek-ai/DeepSeek-R1",
+    "deepseek-v3.1": "deepseek-ai/DeepSeek-V3.1",
+    "kimi-k2": "moonshotai/Kimi-K2-Instruct",
+    "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B",
+    "llama-3.3-70b": "meta-llama/Llama-3.3-70B-Instruct",
 }
 # Kubernetes extended resource of each vendor's device plugin (NVIDIA and AMD GPU operators)
 GPU_RESOURCES = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
@@ -76,6 +87,11 @@ class ServingPool(PoolKey):
     tp: int
     nodes: int  # per replica
     expert_parallel: bool
+    dp: int = 1  # data-parallel ranks per replica
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    speculative: str = ""  # "" (none), "mtp" or "draft"
+    draft_tokens: int = 0  # tokens proposed per step where speculative
     replicas: dict = field(default_factory=dict, compare=False, hash=False)  # Slice → replicas (> 0 only)
 
     @property
@@ -143,14 +159,40 @@ class Fleet:
         return max(self.slices, key=lambda t: (used[t], -self.slices.index(t)))
 
 
-def engine(gpus: int, gpus_per_node: int, moe: bool, where: str) -> tuple[int, int, bool]:
-    """(TP, nodes, expert parallel) of a replica of ``gpus`` GPUs (module docstring)."""
-    if gpus <= gpus_per_node:
-        return gpus, 1, False
-    if gpus % gpus_per_node or not moe:
+def engine(gpus: int, gpus_per_node: int, moe: bool, where: str, attention_dp: bool = False) -> tuple[int, int, int, bool]:
+    """(TP, DP, nodes, expert parallel) of a replica of ``gpus`` GPUs (module docstring)."""
+    if gpus > gpus_per_node and (gpus % gpus_per_node or not moe):
         raise ScenarioError(f"a replica of {gpus} GPUs on nodes of {gpus_per_node} is neither one node nor whole nodes "
                             "of a MoE model; no serving stack runs it", field=where)
-    return gpus_per_node, gpus // gpus_per_node, True
+    nodes = max(1, gpus // gpus_per_node)
+    if attention_dp:
+        return 1, gpus, nodes, True
+    if gpus <= gpus_per_node:
+        return gpus, 1, 1, False
+    return gpus_per_node, nodes, nodes, True
+
+
+def _truthy(value) -> bool:
+    return str(value).strip().lower() in ("true", "1", "1.0")
+
+
+def _config_engine(s, curves: pd.DataFrame) -> dict[str, dict]:
+    """Config id → its expert parallelism, precisions and speculation (curves.csv; absent
+    columns of an older folder: none, the workload's precisions)."""
+    from optimizer.serving.configs import config_precision
+    from optimizer.serving.experts import speculation
+
+    out = {}
+    for c in curves.to_dict("records"):
+        w = s.workloads.get(c.get("workload"))
+        if w is None:
+            continue
+        ep, spec = _truthy(c.get("expert_parallel", False)), _truthy(c.get("speculative", False))
+        weight, kv = config_precision(c, w)
+        out[c["id"]] = {"attention_dp": ep, "weight_dtype": weight, "kv_dtype": kv,
+                        "speculative": ("mtp" if ep else "draft") if spec else "",
+                        "draft_tokens": int(speculation(s.serving, ep).draft_tokens) if spec else 0}
+    return out
 
 
 def read_fleet(plan_dir) -> Fleet:
@@ -161,17 +203,20 @@ def read_fleet(plan_dir) -> Fleet:
     pools_t = plan.tables["pools"]
     pools_t = pools_t[pools_t["lost_site"].isna()]
     slices = [(p.id, t.id, h) for p in s.horizon.periods for t in s.horizon.day_types for h in s.horizon.hours]
+    configs = _config_engine(s, plan.tables["curves"])
     pools = []
     for key, rows in pools_t.groupby(list(POOL_KEY), sort=True):
         site, workload, tier, role, speed, gpu, config = key
         w = s.workloads[workload]
         gpus = int(rows["gpus_per_replica"].iloc[0])
-        tp, nodes, ep = engine(gpus, s.accelerators[gpu].gpus_per_node, bool(s.models[w.model].experts),
-                               f"pools.csv {config} gpus_per_replica")
+        c = configs.get(config, {"weight_dtype": w.weight_dtype, "kv_dtype": w.kv_dtype})
+        tp, dp, nodes, ep = engine(gpus, s.accelerators[gpu].gpus_per_node, bool(s.models[w.model].experts),
+                                   f"pools.csv {config} gpus_per_replica", c.get("attention_dp", False))
         replicas = {(r.period, r.day_type, int(r.hour)): int(r.replicas)
                     for r in rows.itertuples() if int(r.replicas) > 0}
         pools.append(ServingPool(site, workload, int(tier), role, int(speed), gpu, config, w.model, gpus, tp, nodes, ep,
-                          replicas))
+                                 dp, c["weight_dtype"], c["kv_dtype"], c.get("speculative", ""),
+                                 c.get("draft_tokens", 0), replicas))
     return Fleet(d, s, pools, slices, plan.tables["procurement"], plan.tables["slo"])
 
 

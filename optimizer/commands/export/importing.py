@@ -92,6 +92,14 @@ def slices_of(paths) -> set[str]:
     return found
 
 
+def fleet_meta(paths) -> tuple[dict, set[str]]:
+    """fleet.json's content (the manifests, and the slice they were exported at where they
+    name one) and the slices they name."""
+    recorded = slices_of(paths)
+    return ({"manifests": [str(m) for m in paths],
+             "manifest_slice": next(iter(recorded)) if len(recorded) == 1 else None}, recorded)
+
+
 def fleet_tables(pools: list[Running]) -> dict[str, pd.DataFrame]:
     frame = pd.DataFrame([asdict(p) for p in pools])
     dup = frame.duplicated(list(POOL_KEY), keep=False)

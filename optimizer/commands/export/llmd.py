@@ -30,7 +30,17 @@ from __future__ import annotations
 
 from optimizer.base.errors import ScenarioError
 from optimizer.base.units import Role
-from optimizer.commands.export.common import ExportJob, Running, annotations, gpu_resource, labels, pool_from, role_of
+from optimizer.commands.export.common import (
+    ExportJob,
+    Running,
+    annotations,
+    engine_of,
+    gpu_resource,
+    labels,
+    pool_from,
+    precision_args,
+    role_of,
+)
 from optimizer.commands.export.fleet import NODE_LABEL, Deployment, ServingPool, dns_name
 
 API = "serving.kserve.io/v1alpha2"
@@ -38,15 +48,20 @@ API = "serving.kserve.io/v1alpha2"
 
 def _workload(p: ServingPool, ctx: ExportJob) -> dict:
     parallelism = {"tensor": p.tp}
-    if p.nodes > 1:
-        parallelism.update(data=p.nodes, expert=True)
+    if p.dp > 1:
+        parallelism.update(data=p.dp, dataLocal=p.dp // p.nodes)
+    if p.expert_parallel:
+        parallelism["expert"] = True
+    container = {"name": "main", "resources": {"limits": {gpu_resource(p, ctx): str(p.gpus_per_node)}}}
+    args = precision_args(p, ctx)
+    if args:
+        container["args"] = args
     scaling = {"maxReplicas": ctx.ceiling(p)} if ctx.ceiling(p) >= 1 else None
     if scaling is not None and ctx.floor(p) >= 1:
         scaling["minReplicas"] = ctx.floor(p)
     out = {"replicas": ctx.replicas(p), "parallelism": parallelism, "labels": labels(p),
            "annotations": annotations(p, ctx),
-           "template": {"containers": [{"name": "main", "resources": {"limits": {gpu_resource(p, ctx): str(p.gpus_per_node)}}}],
-                        "nodeSelector": {NODE_LABEL: p.gpu}}}
+           "template": {"containers": [container], "nodeSelector": {NODE_LABEL: p.gpu}}}
     if scaling is not None:
         out["scaling"] = scaling
     return out
@@ -98,8 +113,15 @@ def _read_workload(w: dict, role: str, model: str, where: str, site: str | None)
         return None  # the idle decode side of a prefill-only service
     role = role_of(meta, role)
     par = w.get("parallelism") or {}
-    gpu = (w.get("template") or {}).get("nodeSelector", {}).get(NODE_LABEL)
-    return pool_from(meta, role=role, tp=int(par.get("tensor", 1)), nodes=int(par.get("data", 1)), replicas=replicas,
+    template = w.get("template") or {}
+    gpu = template.get("nodeSelector", {}).get(NODE_LABEL)
+    main = next((c for c in template.get("containers") or [] if c.get("name") == "main"), {})
+    engine = engine_of([str(a) for a in main.get("args") or []], int(par.get("tensor", 1)))
+    data = int(par.get("data", 1))
+    engine.update(dp=data, expert_parallel=bool(par.get("expert", False)))
+    # dataLocal: DP ranks per node; a manifest without it runs one rank per node
+    nodes = data // int(par.get("dataLocal", 1))
+    return pool_from(meta, role=role, engine=engine, nodes=nodes, replicas=replicas,
                      model=model, gpu=gpu, site=site, where=where)
 
 

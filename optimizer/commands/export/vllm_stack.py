@@ -20,7 +20,18 @@ from __future__ import annotations
 
 from optimizer.base.errors import ScenarioError
 from optimizer.base.units import Role
-from optimizer.commands.export.common import ExportJob, Running, annotations, gpu_resource, labels, pool_from, role_of
+from optimizer.commands.export.common import (
+    ExportJob,
+    Running,
+    annotations,
+    engine_of,
+    gpu_resource,
+    labels,
+    parallel_args,
+    pool_from,
+    precision_args,
+    role_of,
+)
 from optimizer.commands.export.fleet import ANNOTATION, NODE_LABEL, Deployment, ServingPool
 
 REPOSITORY, TAG = "vllm/vllm-openai", "latest"  # the chart's default serving-engine image
@@ -35,7 +46,7 @@ def _model_spec(p: ServingPool, ctx: ExportJob) -> dict:
     spec = {"name": p.name, "repository": REPOSITORY, "tag": TAG, "modelURL": ctx.repo(p),
             "replicaCount": ctx.replicas(p), "requestGPU": p.gpus,
             "nodeSelectorTerms": [{"matchExpressions": [{"key": NODE_LABEL, "operator": "In", "values": [p.gpu]}]}],
-            "vllmConfig": {"tensorParallelSize": p.tp},
+            "vllmConfig": _vllm_config(p, ctx),
             "keda": {"enabled": True, "minReplicaCount": ctx.floor(p), "maxReplicaCount": ctx.ceiling(p)},
             "labels": labels(p), "annotations": annotations(p, ctx)}
     resource = gpu_resource(p, ctx)
@@ -45,6 +56,13 @@ def _model_spec(p: ServingPool, ctx: ExportJob) -> dict:
         kv_role, nixl_role = KV_ROLE[p.role]
         spec["lmcacheConfig"] = {"enabled": True, "kvRole": kv_role, "enableNixl": True, "nixlRole": nixl_role}
     return spec
+
+
+def _vllm_config(p: ServingPool, ctx: ExportJob) -> dict:
+    """TP in its own field; DP, expert parallelism, precisions and speculation as vLLM's
+    engine arguments in extraArgs (the chart passes them to `vllm serve`)."""
+    extra = parallel_args(p)[2:] + precision_args(p, ctx)
+    return {"tensorParallelSize": p.tp, **({"extraArgs": extra} if extra else {})}
 
 
 def render(dep: Deployment, ctx: ExportJob) -> list[tuple[str, dict]]:
@@ -64,8 +82,10 @@ def read(doc: dict, where: str, site: str | None) -> list[Running]:
             for e in term.get("matchExpressions") or []:
                 if e.get("key") == NODE_LABEL and e.get("values"):
                     gpu = e["values"][0]
-        tp = int((spec.get("vllmConfig") or {}).get("tensorParallelSize", spec.get("requestGPU", 1)))
-        out.append(pool_from(meta, role=role, tp=tp, nodes=1, replicas=spec.get("replicaCount", 1),
+        config = spec.get("vllmConfig") or {}
+        engine = engine_of([str(a) for a in config.get("extraArgs") or []],
+                           int(config.get("tensorParallelSize", spec.get("requestGPU", 1))))
+        out.append(pool_from(meta, role=role, engine=engine, nodes=1, replicas=spec.get("replicaCount", 1),
                              model=spec.get("modelURL") or spec.get("name", ""), gpu=gpu or meta.get(f"{ANNOTATION}accelerator"),
                              site=site, where=f"{where}: servingEngineSpec.modelSpec[{i}]"))
     return out
