@@ -82,6 +82,13 @@ CASES = [
     (PLAN + ["--set", "calibration=."], "fleetplan: --set calibration=.: ", "is a folder"),
     (["curves", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--calibration", "."], "fleetplan: --calibration .: ",
      "is a folder"),
+    # a catalogue row patched by --set: the error names the flag and the patched row, not the shipped CSV's line
+    (PLAN + ["--set", "accelerators={ids: [h100-sxm, l40s], patch: {l40s: {hbm_gb: 1e308}}}"],
+     "fleetplan: --set accelerators=", "accelerators 'l40s' (patched), field 'hbm_gb': expected 1 to 10,000 GB"),
+    (PLAN + ["--set", "models={patch: {llama-3.1-8b: {layers: 0}}}"],
+     "fleetplan: --set models=", "models 'llama-3.1-8b' (patched), field 'layers'"),
+    (PLAN + ["--set", "prices={patch: {l40s: {ondemand_usd_per_gpu_hour: -1}}}"],
+     "fleetplan: --set prices=", "(patched), field 'ondemand_usd_per_gpu_hour'"),
 ]
 
 

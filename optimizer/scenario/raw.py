@@ -390,15 +390,17 @@ def load_raw(path: str | Path | None = None) -> RawScenario:
     return RawScenario(data, origins, yaml_path, warnings)
 
 
-def table_rows(name: str, value, yaml_path: Path, catalogue: Path = DATA_DIR, warnings: list | None = None) -> dict:
+def table_rows(name: str, value, yaml_path: Path, catalogue: Path = DATA_DIR, warnings: list | None = None,
+               origins: dict | None = None) -> dict:
     """One table written as a scenario file's section would be (None: the whole catalogue
-    table), keyed like the resolved data (`load_raw`)."""
+    table), keyed like the resolved data (`load_raw`); ``origins`` receives where each row
+    came from (a patched row: the patch's place)."""
     spec = TABLES[name]
     rows = _resolve_table(spec, value, yaml_path, catalogue, warnings if warnings is not None else [])
     if name == "prices":  # one provider's prices, as load_raw keeps
         provider = str(value.get("provider", "reference")) if isinstance(value, dict) else "reference"
         rows = [r for r in rows if r.values.get("provider") == provider]
-    return _key_rows(spec, rows, {})
+    return _key_rows(spec, rows, origins if origins is not None else {})
 
 
 def select_dependent_rows(data: dict, origins: dict, catalogue: Path = DATA_DIR) -> None:
