@@ -292,6 +292,7 @@ def test_absurd_values_in_a_calibration_file_are_refused_with_the_range(tmp_path
             read_calibration(path)
         except ScenarioError as exc:
             assert exc.field == name and "\n" not in str(exc)
+            assert str(exc).startswith(f"{path}, line 3, entries[0], field '{name}'"), str(exc)  # file and line
             if not low <= value <= high:
                 assert f"{low:g} to {high:g}" in str(exc), str(exc)
             continue
