@@ -218,6 +218,7 @@ def build_instance(s: Scenario, rtt: pd.DataFrame) -> Instance:
     arcs, unreachable = _arcs(s, rtt, tier_pools, regimes)
     states = _states(s, slices, peak_slice, site_gpus)
     fleet = fleet_year(s)
+    contracts = {(site, g): _contract(s, site, g, fleet) for site, g in site_gpus}
     return Instance(
         name=s.name, slices=slices, states=states,
         metros=list(s.metros), sites=list(s.sites), workloads=list(s.workloads), gpus=list(s.accelerators),
@@ -228,7 +229,7 @@ def build_instance(s: Scenario, rtt: pd.DataFrame) -> Instance:
         node_kw={g: a.node_kw for g, a in s.accelerators.items()},
         pue={x: site.pue for x, site in s.sites.items()},
         power_kw={x: site.power_mw * 1000.0 for x, site in s.sites.items()},
-        contracts={(site, g): _contract(s, site, g, fleet) for site, g in site_gpus},
+        contracts=contracts,
         committed_max={(site, g): s.supply[site][g].reserved_nodes_max for site, g in site_gpus},
         ondemand_max={(site, g): max(s.supply[site][g].ondemand_nodes_max, fleet.ondemand_quota.get((site, g), 0))
                       if s.policy.allow_ondemand else 0 for site, g in site_gpus},
@@ -236,7 +237,7 @@ def build_instance(s: Scenario, rtt: pd.DataFrame) -> Instance:
         allow_ondemand=s.policy.allow_ondemand,
         cold_start_hours=s.policy.cold_start_minutes / 60.0,
         warm_fraction=s.policy.warm_pool_fraction,
-        penalty_usd_per_request={k: s.policy.unserved_penalty_usd_per_million_tokens * w.osl_mean_tokens / 1e6 for k, w in s.workloads.items()},
+        penalty_usd_per_request=_penalties(s, factory.pools, contracts),
         egress_usd_per_request={k: s.policy.egress_usd_per_gb * s.policy.egress_bytes_per_output_token * w.osl_mean_tokens / 1e9 for k, w in s.workloads.items()},
         output_tokens={k: w.osl_mean_tokens for k, w in s.workloads.items()},
         input_tokens={k: w.isl_mean_tokens for k, w in s.workloads.items()},
@@ -244,6 +245,44 @@ def build_instance(s: Scenario, rtt: pd.DataFrame) -> Instance:
         carbon_kg_per_node_hour=_carbon_kg_per_node_hour(s, slices, site_gpus),
         carbon_usd_per_t=s.carbon.price_usd_per_t, carbon_cap_t=s.carbon.cap_t_per_year,
     )
+
+
+PENALTY_MARGIN = 1.25  # the unserved penalty's floor over the costliest way to serve a request
+
+
+def _penalties(s: Scenario, pools: list[Pool], contracts: dict) -> dict[str, float]:
+    """$ per unserved request of each workload: the policy's penalty per million output
+    tokens × its mean output tokens, raised where needed to PENALTY_MARGIN × the costliest
+    way the plan could serve one (`serving_ceiling_usd`) — so that demand goes unserved only
+    where no capacity can serve it, never because leaving it is cheaper."""
+    return {k: max(s.policy.unserved_penalty_usd_per_million_tokens * w.osl_mean_tokens / 1e6,
+                   PENALTY_MARGIN * serving_ceiling_usd(s, k, pools, contracts))
+            for k, w in s.workloads.items()}
+
+
+def serving_ceiling_usd(s: Scenario, k: str, pools: list[Pool], contracts: dict) -> float:
+    """The most one request of ``k`` can cost to serve: on demand, in a pool of one replica
+    (the smallest pool carries the least per replica), at the dearest entry pool (prefill or
+    colocated: f(1), a colocated one also bounded by its decode) plus the dearest decode pool
+    (decode rps); × 1/(1 − warm share) for the idle warm nodes rented beside it, × 2 when a
+    lost site's traffic must be carried too (N-1):
+
+        c = (max_entry p_g·G/(3600·f(1)) + max_decode p_g·G/(3600·r_d)) / (1 − φ) · (2 if N-1)
+
+    with p_g the on-demand $ per GPU-hour at the pool's site and G its GPUs per replica."""
+    entry = decode = 0.0
+    for p in pools:
+        if p.workload != k:
+            continue
+        usd_per_s = contracts[(p.site, p.gpu)].ondemand / s.accelerators[p.gpu].gpus_per_node * p.gpus / SECONDS_PER_HOUR
+        if p.role == Role.DECODE:
+            decode = max(decode, usd_per_s / p.decode_rps) if p.decode_rps > 0 else decode
+            continue
+        rps = float(p.table[0]) if p.table is not None and len(p.table) else p.decode_rps
+        if p.role == Role.COLOCATED:
+            rps = min(rps, p.decode_rps)
+        entry = max(entry, usd_per_s / rps) if rps > 0 else entry
+    return (entry + decode) / (1.0 - s.policy.warm_pool_fraction) * (2.0 if s.policy.n_minus_1 else 1.0)
 
 
 def grid_gco2_per_kwh(s: Scenario, site: str, utc_hours) -> np.ndarray | None:

@@ -286,7 +286,9 @@ class Policy(Strict):
     n_minus_1: bool = Field(False, description="survive the loss of any one site at the peak slice")
     resilience_ttft_factor: float = bounded(1.5, ge=1, le=10, description="TTFT objective × this during a site loss")
     unserved_penalty_usd_per_million_tokens: float = bounded(
-        500.0, ge=0, le=1e6, unit="US$ per million tokens", why="a dollar a token is ~1,000× list prices")
+        500.0, ge=0, le=1e6, unit="US$ per million tokens", why="a dollar a token is ~1,000× list prices",
+        description="what a request left unserved costs the plan; raised where needed to 1.25× the costliest way "
+                    "to serve one, so demand goes unserved only where no capacity can serve it")
     reserved_terms: list[Literal[RESERVED_POLICY_KEYS]] = Field(default_factory=lambda: list(RESERVED_POLICY_KEYS))
     allow_ondemand: bool = True
     allow_owned: bool = False

@@ -105,7 +105,11 @@ def capacity_reasons(s: Scenario, inst: Instance, sol: Solution) -> list[str]:
             full.append(f"the carbon cap of {inst.carbon_cap_t:,.0f} t a year is reached ({tonnes:,.0f} t): serving "
                         "the rest would emit more — expected a higher carbon.cap_t_per_year, cleaner sites or "
                         "more efficient accelerators")
-    where = "; ".join(full) if full else "no site is at its power or supply limit — the penalty for unserved demand is below the cost of serving it"
+    # the penalty is above any cost of serving (instance.build.serving_ceiling_usd), so with no
+    # limit reached the whole plan's search, not the policy, left the demand
+    where = "; ".join(full) if full else ("no site is at its power or supply limit and leaving demand costs more than "
+                                          "serving it: the search for a whole plan fell short — expected a plan at "
+                                          "--effort thorough to serve it")
     return [f"{by_state[sid]:.1f} req/s go unserved at the busiest such hour ({slice_row['period']} {slice_row['day_type']} "
             f"{int(slice_row['hour']):02d}:00 UTC): {where}"]
 
