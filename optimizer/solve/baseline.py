@@ -20,7 +20,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-from optimizer.base.units import Role
+from optimizer.base.units import KW_PER_MW, Role
 from optimizer.instance.build import NOMINAL, Instance
 from optimizer.instance.pools import kappa
 from optimizer.solve.commitments import split, tiers
@@ -70,10 +70,10 @@ def _beyond_the_sites(inst: Instance, gpu: str, peak_nodes: dict[str, int], why_
         cap = inst.committed_max[(s, gpu)] * bool(inst.contracts[(s, gpu)].committed) + inst.ondemand_max[(s, gpu)]
         if n > cap:
             return f"it needs {n:,} nodes at {s} at the peak hour {why_at[s]}, beyond the {cap:,} the site can supply"
-        mw = n * inst.node_kw[gpu] * inst.pue[s] / 1000
-        if mw > inst.power_kw[s] / 1000 * (1 + 1e-9):
+        mw = n * inst.node_kw[gpu] * inst.pue[s] / KW_PER_MW
+        if mw > inst.power_kw[s] / KW_PER_MW * (1 + 1e-9):
             return (f"its {n:,} nodes at {s} at the peak hour {why_at[s]} draw {mw:,.1f} MW, beyond the site's "
-                    f"{inst.power_kw[s] / 1000:,.1f} MW")
+                    f"{inst.power_kw[s] / KW_PER_MW:,.1f} MW")
     return None
 
 
