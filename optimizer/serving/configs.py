@@ -30,6 +30,7 @@ import numpy as np
 
 from optimizer.base.precision import bytes_per_value, matmul_flops, runs_natively
 from optimizer.base.units import MS_PER_S, US_PER_S, Role
+from optimizer.curves import memory
 from optimizer.curves.batching import decode_operating_point
 from optimizer.curves.cache import cache_kv_share, p99_cached_tokens
 from optimizer.curves.expert_parallel import fabric
@@ -136,7 +137,7 @@ def kv_bytes_per_token(w: Workload, m: Model, kv_dtype: str | None = None) -> fl
     pools may run different precisions (the KV converted on arrival)."""
     shape = model_shape(m)
     beta = bytes_per_value(kv_dtype) if kv_dtype else max(bytes_per_value(kv) for _, kv in w.precisions)
-    return shape.layers * shape.kv_values_per_token_per_layer * beta
+    return memory.kv_bytes_per_token(shape, beta)
 
 
 def calibration_dtype(a: Accelerator, weight_dtype: str) -> str:
