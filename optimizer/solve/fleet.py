@@ -276,12 +276,17 @@ def gpus_short(inst: Instance, sol: Solution) -> dict:
     return out
 
 
+def beyond_power(inst: Instance, site: str, kw: float) -> bool:
+    """Whether ``kw`` drawn at ``site`` exceeds its megawatts (up to floating point)."""
+    return kw > inst.power_kw[site] * (1 + ROUNDING)
+
+
 def kw_over(inst: Instance, sol: Solution) -> dict[tuple[str, int], float]:
     """kW the powered nodes draw beyond a site's megawatts, per (site, state)."""
     out = {}
     for st in inst.states:
         for s, kw in site_kw(inst, sol, st.id).items():
-            if s != st.lost_site and kw > inst.power_kw[s] * (1 + ROUNDING):
+            if s != st.lost_site and beyond_power(inst, s, kw):
                 out[(s, st.id)] = kw - inst.power_kw[s]
     return out
 
