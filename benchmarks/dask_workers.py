@@ -3,7 +3,7 @@
     python benchmarks/dask_workers.py [--step 100x30] [--workers 1,2,4]
 
 Plans the step's first whole plan once, then re-plans its renting slices exactly on the plan's
-commitment (`optimizer.solve.anytime.replan`: the slice programs of the thorough effort, each
+commitment (`optimizer.solve.anytime.replan_slices`: the slice programs of the thorough effort, each
 for its branch-and-bound nodes, then moves on what they give) on a `dask.distributed`
 LocalCluster of each worker count. Prints one Markdown row per count: seconds for the round,
 slice programs, the re-planned whole plan's cost, and a digest of its decisions — equal
@@ -30,7 +30,7 @@ from optimizer.geography.network import build_graph, rtt_matrix  # noqa: E402
 from optimizer.instance.build import build_instance  # noqa: E402
 from optimizer.scenario import load_scenario  # noqa: E402
 from optimizer.solve import solve  # noqa: E402
-from optimizer.solve.anytime import replan  # noqa: E402
+from optimizer.solve.anytime import replan_slices  # noqa: E402
 from optimizer.solve.cache import ModelCache  # noqa: E402
 from optimizer.solve.parallel import SliceRunner  # noqa: E402
 from optimizer.solve.pricing import candidate, pool_sizes  # noqa: E402
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
                 ctx.best = plan
                 start = time.perf_counter()
                 with SliceRunner(inst, n, cluster.scheduler_address) as runner:
-                    new = replan(ctx, runner, plan)
+                    new = replan_slices(ctx, runner, plan)
                 print(f"| {n} | {time.perf_counter() - start:.1f} | {ctx.work.get('slice programs', 0)} | "
                       f"{new.cost_usd:,.0f} | {digest(new.solution)} |", flush=True)
     return 0

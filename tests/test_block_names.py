@@ -8,7 +8,8 @@ import ast
 import dataclasses
 from pathlib import Path
 
-from test_formulations import TABLE, tiny
+from instances import TABLE
+from instances import hand_made as tiny
 
 from formulations import Mode, Reading, build_program
 from formulations.pools import ROLES

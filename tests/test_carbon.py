@@ -11,7 +11,7 @@ import yaml
 from instances import TINY, load_instance
 
 from optimizer.base.errors import InfeasibleError, ScenarioError
-from optimizer.commands.operate import Commitment, operate_slices
+from optimizer.commands.operate import OperatedCommitment, operate_slices
 from optimizer.commands.pipeline import make_plan
 from optimizer.folder.read import read_plan
 from optimizer.folder.write import write_plan
@@ -117,7 +117,7 @@ def test_the_operated_slices_count_the_plans_tonnes():
     overrides = ["carbon.price_usd_per_t=150"]
     plan = make_plan(TINY, overrides)
     inst = load_instance(TINY, overrides)
-    lines = operate_slices(inst, Commitment.of_plan(inst, plan.tables)).set_index(["site", "gpu"])
+    lines = operate_slices(inst, OperatedCommitment.of_plan(inst, plan.tables)).set_index(["site", "gpu"])
     rows = _site_rows(plan)
     rows = rows[rows["carbon_t"] > 0]
     assert len(rows) > 0

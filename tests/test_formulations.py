@@ -323,7 +323,7 @@ def test_a_constraint_added_to_the_formulation_reaches_plan_reoperation_and_year
     """One change in `formulations` holds in all three uses without further edits: the plan
     (exact), the re-operation of its slices and the operated year rent no on-demand node at
     the site it forbids."""
-    from optimizer.commands.operate import Commitment, operate_year
+    from optimizer.commands.operate import OperatedCommitment, operate_year
     from optimizer.geography.network import build_graph, rtt_matrix
     from optimizer.instance.build import build_instance
     from optimizer.scenario import load_scenario
@@ -344,8 +344,8 @@ def test_a_constraint_added_to_the_formulation_reaches_plan_reoperation_and_year
     x, optimal = program.solve(np.array([inst.demand.get((m, k, inst.peak_slice), 0.0) for m, k in program.keys]))
     assert optimal and all(key[0] != site for key in program.read(x).ondemand)  # the re-operation's program
     assert "no_ondemand" in program.lp.rows
-    year_without = operate_year(s, inst, Commitment.of_solution(inst, before.solution)).sites
-    year_with = operate_year(s, inst, Commitment.of_solution(inst, after.solution)).sites
+    year_without = operate_year(s, inst, OperatedCommitment.of_solution(inst, before.solution)).sites
+    year_with = operate_year(s, inst, OperatedCommitment.of_solution(inst, after.solution)).sites
     at = lambda sites: float(sites.loc[sites["site"] == site, "ondemand_node_hours"].sum())  # noqa: E731
     assert at(year_with) < at(year_without)  # the operated year
     assert math.isfinite(at(year_with))

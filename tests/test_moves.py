@@ -17,7 +17,7 @@ from instances import brute_force, tiny_instance, us_east_instance
 from optimizer.base.units import Role
 from optimizer.solve import SolverSettings, plan_cost, solve
 from optimizer.solve.fleet import gpus_in_replicas, whole_replicas
-from optimizer.solve.moves import WholePlan, decode_merges, improve, merges
+from optimizer.solve.moves import WholePlan, decode_merges, improve_by_moves, merges
 from optimizer.solve.pricing import unserved_request_hours
 from optimizer.solve.settings import EFFORTS, FIRST_PLAN_STEPS, STEPS
 
@@ -63,7 +63,7 @@ def assert_balanced(inst, sol):
 def test_the_search_keeps_balances_and_never_raises_the_cost(which, tiny, us_east):
     inst = tiny if which == "tiny" else us_east
     first = _first(inst)
-    better, done = improve(inst, first, 3000)
+    better, done = improve_by_moves(inst, first, 3000)
     assert done.priced > 0 and done.after_usd <= done.before_usd + 1e-6
     assert plan_cost(inst, better) <= plan_cost(inst, first) + 1e-6
     assert not better.violations and not better.gpus_short
@@ -102,7 +102,7 @@ def test_each_kept_move_lowers_the_cost_or_frees_gpus(us_east):
 def test_on_brute_force_instances_moves_stay_feasible_and_above_the_optimum(scale, budget):
     inst = tiny_instance([f"demand.scale={scale}"])
     first = _first(inst)
-    better, _ = improve(inst, first, budget)
+    better, _ = improve_by_moves(inst, first, budget)
     assert plan_cost(inst, better) <= plan_cost(inst, first) + 1e-6
     assert plan_cost(inst, better) >= brute_force(inst) * (1 - 1e-7)
     assert not better.violations
@@ -111,9 +111,9 @@ def test_on_brute_force_instances_moves_stay_feasible_and_above_the_optimum(scal
 
 def test_more_moves_never_cost_more_and_the_same_budget_gives_the_same_plan(us_east):
     first = _first(us_east)
-    costs = [plan_cost(us_east, improve(us_east, first, budget)[0]) for budget in (0, 200, 1000, 4000)]
+    costs = [plan_cost(us_east, improve_by_moves(us_east, first, budget)[0]) for budget in (0, 200, 1000, 4000)]
     assert costs == sorted(costs, reverse=True)
-    a, b = improve(us_east, first, 1500)[0], improve(us_east, first, 1500)[0]
+    a, b = improve_by_moves(us_east, first, 1500)[0], improve_by_moves(us_east, first, 1500)[0]
     assert a.replicas == b.replicas and a.committed == b.committed and a.ondemand == b.ondemand
 
 

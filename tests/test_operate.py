@@ -12,7 +12,7 @@ from small import SMALL
 
 from optimizer.cli.main import main
 from optimizer.commands.operate import (
-    Commitment,
+    OperatedCommitment,
     calendar,
     hourly_demand,
     operate_plan,
@@ -80,7 +80,7 @@ def test_hourly_demand_reads_the_slices_grows_within_the_period_and_varies_by_da
 
 def test_every_hour_is_served_and_the_costs_add_up(planned):
     folder, s, inst, sol = planned
-    ops = operate_year(s, inst, Commitment.of_solution(inst, sol))
+    ops = operate_year(s, inst, OperatedCommitment.of_solution(inst, sol))
     h, sm = ops.hours, ops.summary
     assert sm["hours"] == len(h) == 8760 and sm["hours_rerouted"] == 0
     np.testing.assert_allclose(h["served_rps"] + h["unserved_rps"], h["demand_rps"], rtol=1e-6)
@@ -99,8 +99,8 @@ def test_operating_the_plans_own_slices_reproduces_its_cost_lines(planned):
     each slice operated at its own demand rents what the plan rents, line by line — from the
     plan in memory and from its folder."""
     folder, s, inst, sol = planned
-    for commitment, proc in ((Commitment.of_solution(inst, sol), procurement_table(inst, sol)),
-                             (Commitment.of_plan(inst, read_plan(folder).tables), pd.read_csv(folder / "procurement.csv"))):
+    for commitment, proc in ((OperatedCommitment.of_solution(inst, sol), procurement_table(inst, sol)),
+                             (OperatedCommitment.of_plan(inst, read_plan(folder).tables), pd.read_csv(folder / "procurement.csv"))):
         lines = operate_slices(inst, commitment).set_index(["site", "gpu"])
         proc = proc[proc["gpu"] != "egress"].set_index(["site", "gpu"])
         renting = proc[proc["ondemand_node_hours"] > 0]
@@ -115,7 +115,7 @@ def test_the_year_at_no_noise_differs_from_the_plan_by_growth_inside_the_quarter
     which the plan sees; with no day-to-day noise the year costs within that much of the plan."""
     _, s, inst, sol = planned
     flat = s.model_copy(update={"demand": s.demand.model_copy(update={"growth_per_period": 0.0})})
-    commitment = Commitment.of_solution(inst, sol)
+    commitment = OperatedCommitment.of_solution(inst, sol)
     # without growth only the ramps differ: the year's hours cross from one period's day into the
     # next four times, where the plan's planned day wraps into itself
     assert operate_year(flat, inst, commitment).summary["cost_vs_plan"] == pytest.approx(0.0, abs=1e-4)
@@ -125,7 +125,7 @@ def test_the_year_at_no_noise_differs_from_the_plan_by_growth_inside_the_quarter
 
 def test_more_demand_on_the_same_commitment_rents_more(planned):
     _, s, inst, sol = planned
-    commitment = Commitment.of_solution(inst, sol)
+    commitment = OperatedCommitment.of_solution(inst, sol)
     base = operate_year(s, inst, commitment).summary
     s2, raw2 = load_scenario(US_EAST, ["demand.scale=1.5"])
     inst2 = build_instance(s2, rtt_matrix(build_graph(s2, raw2.path.parent), s2))

@@ -1,6 +1,8 @@
 """README's Layout section cannot drift from the tree: the folders it lists are the folders
-there are (each package of `optimizer/`, one level below `commands/` and `scenario/` too), and
-every module it names exists in the folder it is listed under."""
+there are (each package of `optimizer/`, one level below `commands/` and `scenario/` too), every
+module it names exists in the folder it is listed under, and every library module is named
+under its folder — in `formulations/` as `name.py`, in `optimizer/`'s folders as `name.py` or
+the bare name where a line lists its modules in words ("read, derive, table")."""
 
 from __future__ import annotations
 
@@ -65,3 +67,31 @@ def test_the_check_sees_a_stale_entry():
     entries = _layout(stale)
     assert [f for f, _ in entries] == ["optimizer/", "optimizer/solve/", "optimizer/solve/nested/"]
     assert _misplaced(entries) == (["optimizer/solve/configs.py"], 2)
+
+
+def _unnamed(entries: list[tuple[str, str]]) -> list[str]:
+    """Modules of `formulations/` and of each `optimizer/` folder the Layout lists that its entry
+    (all its lines, wherever the folder appears) does not name."""
+    text: dict[str, str] = {}
+    for folder, words in entries:
+        text[folder] = f"{text.get(folder, '')} {words}"
+    missing = []
+    for folder, words in sorted(text.items()):
+        if not folder.startswith(("optimizer/", "formulations/")):
+            continue
+        bare = "" if folder.startswith("formulations/") else "?"
+        for module in sorted(p.stem for p in (ROOT / folder).glob("*.py") if p.stem not in ("__init__", "__main__")):
+            if not re.search(rf"\b{module}(\.py){bare}\b", words):
+                missing.append(f"{folder}{module}.py")
+    return missing
+
+
+def test_every_library_module_is_named_under_its_folder():
+    assert _unnamed(_layout()) == []
+
+
+def test_the_check_sees_an_unnamed_module():
+    """A formulations module named only in words, and an optimizer module not named at all, are found."""
+    modules = ", ".join(p.name for p in sorted((ROOT / "formulations").glob("*.py")) if p.name != "carbon.py")
+    entries = [("formulations/", f"{modules}, carbon"), ("optimizer/geography/", "network.py")]
+    assert _unnamed(entries) == ["formulations/carbon.py", "optimizer/geography/demand.py"]

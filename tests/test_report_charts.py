@@ -20,7 +20,7 @@ from optimizer.commands.report import formatting as f
 from optimizer.commands.report.folder import read_plan_folder
 from optimizer.commands.report.land import LAND_FILE, decode_arcs, load_land, ring
 from optimizer.commands.report.maps import flows_data, metros_data, sites_data
-from optimizer.commands.report.opening import commitment_data, ondemand_data
+from optimizer.commands.report.opening import commitment_data, ondemand_table_data
 
 
 @pytest.fixture(scope="module")
@@ -184,7 +184,7 @@ def test_commitment_and_rental_tables_are_procurement(folder, raw):
         assert sign.loc[site, "gpus"] == r["reserved_3y_nodes"] * 4
         assert sign.loc[site, "usd_per_year"] == pytest.approx(r["cost_reserved_usd"])
         assert sign.loc[site, "usd_per_month"] == pytest.approx(r["cost_reserved_usd"] / 12)
-    rented = ondemand_data(folder).set_index("site")
+    rented = ondemand_table_data(folder).set_index("site")
     mine = _provisioning(raw)
     for site, r in rented.iterrows():
         assert r["node_hours"] == proc.loc[site, "ondemand_node_hours"]

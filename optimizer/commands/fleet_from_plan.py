@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 from pathlib import Path
 
 import pandas as pd
@@ -30,6 +29,7 @@ from optimizer.folder.read import read_plan
 from optimizer.results import Plan
 from optimizer.scenario import load_scenario
 from optimizer.scenario.fleet import term_end
+from optimizer.solve.fleet import nodes_for
 
 
 def _rent(old_data: dict, site: str, gpu: str, term: str) -> float | None:
@@ -80,7 +80,7 @@ def running_rows(fleet_dir: Path, s, start: datetime.date) -> list[dict]:
             if value not in known:
                 raise ScenarioError(f"{field} '{value}' is not in the scenario's {field}s; plan a scenario that has it",
                                     Origin(str(path), i), field=field)
-        nodes = math.ceil(int(r.gpus) / s.accelerators[r.gpu].gpus_per_node)
+        nodes = int(nodes_for(int(r.gpus), s.accelerators[r.gpu].gpus_per_node))
         if nodes:
             rows.append({"site": r.site, "gpu": r.gpu, "nodes": nodes, "contract": "reserved",
                          "start": start.isoformat(), "end": term_end(start, 1).isoformat()})

@@ -25,7 +25,7 @@ import pandas as pd
 
 from optimizer.base.contracts import TERM, TERMS
 from optimizer.base.units import HOURS_PER_YEAR
-from optimizer.commands.pipeline import fleet_of, plan_instance, settings_from
+from optimizer.commands.pipeline import fleet_of_plan, plan_instance, settings_from
 from optimizer.geography.network import build_graph, rtt_matrix
 from optimizer.instance.build import Instance, build_instance
 from optimizer.instance.checks import preflight
@@ -124,7 +124,7 @@ def _year_by_year(s: Scenario, raw: RawScenario, paths: dict, settings: SolverSe
         ys, yraw = year_scenario(raw, year_overrides(s, k, paths, s.years.price_scenario, rows, policy) + unlimited)
         say(f"year {k + 1} ({method}): {ys.horizon.start}, fleet of {sum(r['nodes'] for r in rows)} nodes")
         plan, inst = plan_instance(ys, yraw, settings, allow_unserved=allow_unserved, previous=previous)
-        previous = fleet_of(plan) if s.churn.limited else None
+        previous = fleet_of_plan(plan) if s.churn.limited else None
         own = own_signings(s, plan, inst, k)
         fleet = plan.summary.get("fleet") or {}
         gone = [{"site": r["site"], "gpu": r["gpu"], "nodes": r["retired_nodes"]}

@@ -127,7 +127,7 @@ def demand_keys(inst: Instance) -> list[tuple[str, str]]:
 
 
 @dataclass
-class Commitment:
+class OperatedCommitment:
     """What the year is operated on: committed nodes per (site, accelerator), the plan's load per
     (pool, nominal state) and routes per (metro, site, workload, tier, nominal state), the GPUs
     its site-loss states need per (site, accelerator), what the commitment costs a year and the
@@ -142,7 +142,7 @@ class Commitment:
     planned_total_usd: float
 
     @classmethod
-    def of_solution(cls, inst: Instance, sol: Solution) -> "Commitment":
+    def of_solution(cls, inst: Instance, sol: Solution) -> "OperatedCommitment":
         nominal = {st.id for st in inst.states if st.lost_site is None}
         flows = {key: y for key, y in sol.flows.items() if key[1] in nominal}
         routes = {key: x for key, x in sol.routes.items() if key[4] in nominal}
@@ -150,7 +150,7 @@ class Commitment:
                    *_costs(procurement_table(inst, sol)))
 
     @classmethod
-    def of_plan(cls, inst: Instance, tables: dict[str, pd.DataFrame]) -> "Commitment":
+    def of_plan(cls, inst: Instance, tables: dict[str, pd.DataFrame]) -> "OperatedCommitment":
         """From a plan folder's tables: procurement.csv, pools.csv and routing.csv."""
         proc = tables["procurement"]
         nodes = {(r.site, r.gpu): int(r.reserved_nodes) for r in proc.itertuples() if r.gpu != "egress" and r.reserved_nodes}
@@ -210,7 +210,7 @@ class PlanShares:
     class's over its decode pools likewise. An hour reading slice t with demand λ (per key)
     gives its pools y = M_t · λ, and at the slice's own demand exactly the plan's loads."""
 
-    def __init__(self, inst: Instance, commitment: Commitment, keys: list[tuple[str, str]]):
+    def __init__(self, inst: Instance, commitment: OperatedCommitment, keys: list[tuple[str, str]]):
         self.keys = keys
         self.pools = sorted({pid for pid, _ in commitment.flows})
         self._column = {pid: j for j, pid in enumerate(self.pools)}
@@ -221,7 +221,7 @@ class PlanShares:
             if st.lost_site is None:
                 self.maps[st.slice], self.egress[st.slice] = self._slice_map(inst, commitment, st)
 
-    def _slice_map(self, inst: Instance, commitment: Commitment, st) -> tuple[np.ndarray, np.ndarray]:
+    def _slice_map(self, inst: Instance, commitment: OperatedCommitment, st) -> tuple[np.ndarray, np.ndarray]:
         m = np.zeros((len(self.pools), len(self.keys)))
         egress = np.zeros(len(self.keys))
         into: dict = {}  # (site, workload, tier) → share of each key's requests routed into it
@@ -270,13 +270,13 @@ def _gpus(inst: Instance, pools: list[int], loads: np.ndarray) -> dict[tuple[str
     return gpus
 
 
-def _floor(inst: Instance, commitment: Commitment, s: str, g: str, reads_peak: np.ndarray) -> np.ndarray:
+def _floor(inst: Instance, commitment: OperatedCommitment, s: str, g: str, reads_peak: np.ndarray) -> np.ndarray:
     """On-demand nodes the hours reading the peak slice keep for the plan's site-loss states."""
     need = nodes_for(commitment.contingency_gpus.get((s, g), 0), inst.gpus_per_node[g])
     return np.where(reads_peak, ondemand_for(need, commitment.nodes.get((s, g), 0), inst.warm_fraction), 0)
 
 
-def _fleet(inst: Instance, commitment: Commitment, gpus: dict, hours: Hours, slices: np.ndarray) -> dict:
+def _fleet(inst: Instance, commitment: OperatedCommitment, gpus: dict, hours: Hours, slices: np.ndarray) -> dict:
     """(site, accelerator) → its `fleet.Priced` hours, each hour reading one of ``slices``."""
     reads_peak = slices == inst.peak_slice
     return {(s, g): price_hours(inst, s, g, commitment.nodes.get((s, g), 0), need, hours, slices,
@@ -284,7 +284,7 @@ def _fleet(inst: Instance, commitment: Commitment, gpus: dict, hours: Hours, sli
             for (s, g), need in gpus.items()}
 
 
-def _reroute(inst: Instance, commitment: Commitment, shares: PlanShares, lam: np.ndarray, hours: np.ndarray,
+def _reroute(inst: Instance, commitment: OperatedCommitment, shares: PlanShares, lam: np.ndarray, hours: np.ndarray,
              slices: np.ndarray, loads: np.ndarray, egress: np.ndarray) -> np.ndarray:
     """The hours ``hours`` routed again by the operating program, each pool priced at its whole
     replicas over its load under the plan's routing that hour (exact there, so the program moves
@@ -317,7 +317,7 @@ def _reroute(inst: Instance, commitment: Commitment, shares: PlanShares, lam: np
     return np.array(changed, dtype=np.int64)
 
 
-def operate_year(s: Scenario, inst: Instance, commitment: Commitment, *, noise_sigma: float = 0.0, seed: int = 0,
+def operate_year(s: Scenario, inst: Instance, commitment: OperatedCommitment, *, noise_sigma: float = 0.0, seed: int = 0,
                  progress=None) -> Operations:
     """Operate a commitment and its pools through every hour of the year (module docstring)."""
     say = progress or (lambda msg: None)
@@ -348,7 +348,7 @@ def operate_year(s: Scenario, inst: Instance, commitment: Commitment, *, noise_s
     return Operations(hours, sites, summary)
 
 
-def operate_slices(inst: Instance, commitment: Commitment) -> pd.DataFrame:
+def operate_slices(inst: Instance, commitment: OperatedCommitment) -> pd.DataFrame:
     """The plan's own slices operated (each its slice's demand, weighted by its hours, ramps
     within its planned day): per (site, accelerator), on-demand node-hours, ramp node-hours and
     their cost — which reproduce the plan's procurement lines."""
@@ -368,7 +368,7 @@ def operate_slices(inst: Instance, commitment: Commitment) -> pd.DataFrame:
                                        "cost_ramp_usd", "carbon_t", "cost_carbon_usd"])
 
 
-def _cost_hours(inst: Instance, commitment: Commitment, cal: pd.DataFrame, fleet: dict,
+def _cost_hours(inst: Instance, commitment: OperatedCommitment, cal: pd.DataFrame, fleet: dict,
                 gpus: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     hours = cal[["day", "period", "day_type", "utc_hour"]].copy()
     hours.insert(0, "hour_of_year", np.arange(len(cal)))
@@ -398,7 +398,7 @@ def _cost_hours(inst: Instance, commitment: Commitment, cal: pd.DataFrame, fleet
     return hours, pd.DataFrame(rows)
 
 
-def _summary(commitment: Commitment, hours, lam, sigma, seed, solve_s, wall_s) -> dict:
+def _summary(commitment: OperatedCommitment, hours, lam, sigma, seed, solve_s, wall_s) -> dict:
     committed_usd = commitment.committed_usd
     ondemand = float(hours["ondemand_usd"].sum())
     ramp = float(hours["ramp_usd"].sum())
@@ -428,7 +428,7 @@ def operate_plan(plan_dir, *, noise_sigma: float = 0.0, seed: int = 0, progress=
     plan = read_plan(plan_dir)
     s = scenario_of(plan, plan_dir)
     inst = build_instance(s, rtt_matrix(build_graph(s, Path(plan_dir)), s))
-    return operate_year(s, inst, Commitment.of_plan(inst, plan.tables), noise_sigma=noise_sigma, seed=seed,
+    return operate_year(s, inst, OperatedCommitment.of_plan(inst, plan.tables), noise_sigma=noise_sigma, seed=seed,
                         progress=progress)
 
 

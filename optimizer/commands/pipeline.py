@@ -92,10 +92,10 @@ def recorded_scenario(plan_dir: str | Path) -> RawScenario:
 def previous_fleet(plan_dir: str | Path) -> tuple[dict, dict]:
     """A plan folder's fleet: (committed nodes, on-demand peak nodes) per (site, gpu), from its
     procurement.csv."""
-    return fleet_of(read_plan(plan_dir))
+    return fleet_of_plan(read_plan(plan_dir))
 
 
-def fleet_of(plan: Plan) -> tuple[dict, dict]:
+def fleet_of_plan(plan: Plan) -> tuple[dict, dict]:
     """A plan's fleet: (committed nodes, on-demand peak nodes) per (site, gpu)."""
     proc = plan.tables["procurement"]
     proc = proc[proc["site"] != "*"]

@@ -34,6 +34,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import ndtr
 
+from optimizer.base.units import MS_PER_S
+
 
 def hit_rate(capacity_bytes_per_rps, reuse_probability: float, median_reuse_s: float, sigma: float,
              prompt_tokens: float, kv_bytes_per_token: float):
@@ -60,7 +62,7 @@ def cached_tokens(prompt_tokens: float, reusable_share: float) -> float:
 
 def read_time_ms(tokens: float, kv_bytes_per_token: float, bandwidth_gb_per_s: float, latency_ms: float) -> float:
     """L + s_p · κ / B, in ms (B in GB/s, 1 GB = 1e9 bytes)."""
-    return float(latency_ms + tokens * kv_bytes_per_token / (bandwidth_gb_per_s * 1e9) * 1e3)
+    return float(latency_ms + tokens * kv_bytes_per_token / (bandwidth_gb_per_s * 1e9) * MS_PER_S)
 
 
 def capacity_gb(capacity_bytes_per_rps: float, requests_per_s: float) -> float:

@@ -115,7 +115,7 @@ def _cell_problem(col: Column, raw: pd.Series) -> tuple[pd.Series, pd.Series]:
     return values, bad
 
 
-def read_table(path: Path, columns: tuple[Column, ...]) -> pd.DataFrame:
+def read_plan_table(path: Path, columns: tuple[Column, ...]) -> pd.DataFrame:
     """One table: every column present, every cell of its type and range."""
     text = read_text(path, "plan table (CSV)")
     if not text.strip():
@@ -162,7 +162,7 @@ def read_folder(plan_dir) -> tuple[dict, dict, dict[str, pd.DataFrame]]:
     summary = json_object(d / "summary.json", "the plan's summary")
     _check_summary(summary, d / "summary.json")
     data = json_object(d / "scenario.json", "the plan's resolved scenario")
-    tables = {name: read_table(d / f"{name}.csv", cols) for name, cols in TABLE_COLUMNS.items()
+    tables = {name: read_plan_table(d / f"{name}.csv", cols) for name, cols in TABLE_COLUMNS.items()
               if name not in OPTIONAL_TABLES or (d / f"{name}.csv").exists()}
     return summary, data, tables
 

@@ -33,7 +33,16 @@ import pandas as pd
 
 from optimizer.base.contracts import COST_CATEGORIES, TERMS
 from optimizer.base.spot import is_spot, spot_loss, spot_lost_site
-from optimizer.base.units import GRAMS_PER_KG, HOURS_PER_YEAR, KG_PER_TONNE, MS_PER_S, SECONDS_PER_HOUR, Regime, Role
+from optimizer.base.units import (
+    GRAMS_PER_KG,
+    HOURS_PER_YEAR,
+    KG_PER_TONNE,
+    KW_PER_MW,
+    MS_PER_S,
+    SECONDS_PER_HOUR,
+    Regime,
+    Role,
+)
 from optimizer.curves.economics import owned_usd_per_node_hour
 from optimizer.geography.demand import build_demand, build_slices, profile_at
 from optimizer.instance.churn import ChurnLimits
@@ -228,7 +237,7 @@ def build_instance(s: Scenario, rtt: pd.DataFrame) -> Instance:
         gpus_per_node={g: a.gpus_per_node for g, a in s.accelerators.items()},
         node_kw={g: a.node_kw for g, a in s.accelerators.items()},
         pue={x: site.pue for x, site in s.sites.items()},
-        power_kw={x: site.power_mw * 1000.0 for x, site in s.sites.items()},
+        power_kw={x: site.power_mw * KW_PER_MW for x, site in s.sites.items()},
         contracts=contracts,
         committed_max={(site, g): s.supply[site][g].reserved_nodes_max for site, g in site_gpus},
         ondemand_max={(site, g): max(s.supply[site][g].ondemand_nodes_max, fleet.ondemand_quota.get((site, g), 0))

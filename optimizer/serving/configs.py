@@ -29,7 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from optimizer.base.precision import bytes_per_value, matmul_flops, runs_natively
-from optimizer.base.units import MS_PER_S, Role
+from optimizer.base.units import MS_PER_S, US_PER_S, Role
+from optimizer.curves import memory
 from optimizer.curves.batching import decode_operating_point
 from optimizer.curves.cache import cache_kv_share, p99_cached_tokens
 from optimizer.curves.expert_parallel import fabric
@@ -114,16 +115,16 @@ def efficiency(s: Serving, accelerator: str = "*", dtype: str = "bf16") -> Effic
         decode_mbu=v["decode_mbu"],
         decode_mfu=v["decode_mfu"],
         step_overhead_s=v["step_overhead_ms"] / MS_PER_S,
-        layer_overhead_s=v["layer_overhead_us"] / 1e6,
+        layer_overhead_s=v["layer_overhead_us"] / US_PER_S,
         usable_hbm_fraction=s.usable_hbm_fraction,
         workspace_bytes_per_gpu=s.workspace_gb_per_gpu * 1e9,
-        collective_latency_s=v["collective_latency_us"] / 1e6,
+        collective_latency_s=v["collective_latency_us"] / US_PER_S,
         link_efficiency=v["link_efficiency"],
-        bulk_extra_latency_s=v["bulk_extra_latency_us"] / 1e6,
+        bulk_extra_latency_s=v["bulk_extra_latency_us"] / US_PER_S,
         small_link_share=v["small_link_share"],
         pcie_p2p_gpus=int(v["pcie_p2p_gpus"]),
         nic_efficiency=s.nic_efficiency,
-        scaleout_latency_s=s.expert_parallel.scaleout_latency_us / 1e6,
+        scaleout_latency_s=s.expert_parallel.scaleout_latency_us / US_PER_S,
         roofline_sharpness=v["roofline_sharpness"],
         attention_factor=v["attention_factor"],
         moe_load_factor=v["moe_load_factor"],
@@ -136,7 +137,7 @@ def kv_bytes_per_token(w: Workload, m: Model, kv_dtype: str | None = None) -> fl
     pools may run different precisions (the KV converted on arrival)."""
     shape = model_shape(m)
     beta = bytes_per_value(kv_dtype) if kv_dtype else max(bytes_per_value(kv) for _, kv in w.precisions)
-    return shape.layers * shape.kv_values_per_token_per_layer * beta
+    return memory.kv_bytes_per_token(shape, beta)
 
 
 def calibration_dtype(a: Accelerator, weight_dtype: str) -> str:

@@ -11,7 +11,7 @@ finds a better one: an effort that does more of them never ends with a costlier 
 * slices — the slices, independent once the commitment is fixed or priced, run side by side
   (`parallel`), for the effort's rounds, each slice program for its nodes:
 
-  - re-plan (`replan`): the renting slices exactly — integer replicas, f exact on the integers,
+  - re-plan (`replan_slices`): the renting slices exactly — integer replicas, f exact on the integers,
     any pool — on the plan's commitment, started from the plan; the new flows made whole and
     re-committed (`repair.repair`), kept when the whole plan is better; then moves again;
   - a Lagrangian round (`lagrange`): from the master LP's duals, then subgradient steps; each
@@ -91,7 +91,7 @@ def by_slices(ctx: Context, best: Candidate) -> Candidate:
         for _ in range(ctx.settings.work.slice_rounds):
             if ctx.met() or ctx.out_of_time():
                 break
-            best = replan(ctx, runner, best)
+            best = replan_slices(ctx, runner, best)
             if mu is None or ctx.met() or ctx.out_of_time():
                 continue
             done = lagrange.evaluate(inst, runner, mu, _slice_limits(ctx))
@@ -119,7 +119,7 @@ def _slice_limits(ctx: Context) -> dict:
     return {"nodes": ctx.settings.work.slice_nodes, "until": time.time() + max(ctx.time_left(), 0.0)}
 
 
-def replan(ctx: Context, runner: SliceRunner, best: Candidate) -> Candidate:
+def replan_slices(ctx: Context, runner: SliceRunner, best: Candidate) -> Candidate:
     """The slices that rent on demand re-planned exactly on the best plan's commitment, started
     from it, dearest first; made whole and re-committed, then improved by moves. A slice keeps
     the plan's decisions where its program finds nothing; the whole plan is kept if better."""

@@ -16,15 +16,14 @@ says why (`Baseline.cannot_serve`). Its cost is not a baseline's: it is never co
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-from optimizer.base.units import Role
+from optimizer.base.units import KW_PER_MW, Role
 from optimizer.instance.build import NOMINAL, Instance
 from optimizer.instance.pools import kappa
 from optimizer.solve.commitments import split, tiers
-from optimizer.solve.fleet import Solution, procurement_table, replicas_for
+from optimizer.solve.fleet import Solution, beyond_power, node_kw, nodes_for, procurement_table, replicas_for
 
 
 @dataclass
@@ -70,10 +69,10 @@ def _beyond_the_sites(inst: Instance, gpu: str, peak_nodes: dict[str, int], why_
         cap = inst.committed_max[(s, gpu)] * bool(inst.contracts[(s, gpu)].committed) + inst.ondemand_max[(s, gpu)]
         if n > cap:
             return f"it needs {n:,} nodes at {s} at the peak hour {why_at[s]}, beyond the {cap:,} the site can supply"
-        mw = n * inst.node_kw[gpu] * inst.pue[s] / 1000
-        if mw > inst.power_kw[s] / 1000 * (1 + 1e-9):
-            return (f"its {n:,} nodes at {s} at the peak hour {why_at[s]} draw {mw:,.1f} MW, beyond the site's "
-                    f"{inst.power_kw[s] / 1000:,.1f} MW")
+        kw = float(node_kw(inst, s, gpu, n))
+        if beyond_power(inst, s, kw):
+            return (f"its {n:,} nodes at {s} at the peak hour {why_at[s]} draw {kw / KW_PER_MW:,.1f} MW, beyond the site's "
+                    f"{inst.power_kw[s] / KW_PER_MW:,.1f} MW")
     return None
 
 
@@ -105,7 +104,7 @@ def _plan_for(inst: Instance, k: str, gpu: str):
         n = replicas_for(pool, lam)
         flows[(pool.id, sid)] = lam
         replicas[(pool.id, sid)] = n
-        peak_nodes[site] = max(peak_nodes[site], math.ceil(n * pool.gpus / inst.gpus_per_node[gpu]))
+        peak_nodes[site] = max(peak_nodes[site], int(nodes_for(n * pool.gpus, inst.gpus_per_node[gpu])))
     why_at = {site: f"(for {_names(m for m, (ss, _) in assign.items() if ss == site)}: a colocated replica of "
                     f"{pools[(site, tier)].gpus} GPUs meeting {k}'s objectives carries "
                     f"{kappa(pools[(site, tier)], 1):.2g} requests/s)" for site, tier in tier_at.items()}

@@ -19,7 +19,7 @@ from optimizer.solve.fleet import carbon_kg_per_node_hour, ondemand_for, plan_ho
 
 
 @dataclass(frozen=True)
-class Tier:
+class TermTier:
     """Committed nodes of one term: at most ``nodes`` of them, at ``usd_per_node_hour`` (energy in)."""
 
     term: str
@@ -27,20 +27,20 @@ class Tier:
     nodes: int
 
 
-def tiers(inst: Instance, site: str, gpu: str) -> list[Tier]:
+def tiers(inst: Instance, site: str, gpu: str) -> list[TermTier]:
     """What c committed nodes are made of, cheapest first: the fleet's own nodes (as many as it
     has), and the cheapest term the plan may sign (up to the supply cap)."""
     prices = inst.contracts[(site, gpu)].committed
-    out = [Tier(t, p.rate + p.energy, inst.existing_nodes.get((site, gpu, t), 0)) for t, p in sorted(prices.items())
+    out = [TermTier(t, p.rate + p.energy, inst.existing_nodes.get((site, gpu, t), 0)) for t, p in sorted(prices.items())
            if TERM[t].existing]
     new = {t: p.rate + p.energy for t, p in prices.items() if not TERM[t].existing}
     if new:
         term = min(sorted(new), key=lambda t: new[t])
-        out.append(Tier(term, new[term], inst.committed_max[(site, gpu)]))
+        out.append(TermTier(term, new[term], inst.committed_max[(site, gpu)]))
     return sorted(out, key=lambda tier: tier.usd_per_node_hour)
 
 
-def committed_usd_per_year(layers: list[Tier], c: np.ndarray) -> np.ndarray:
+def committed_usd_per_year(layers: list[TermTier], c: np.ndarray) -> np.ndarray:
     """The year's cost of c committed nodes filled tier by tier (cheapest first)."""
     cost, left = np.zeros(len(c)), np.asarray(c, dtype=np.int64)
     for tier in layers:
@@ -50,7 +50,7 @@ def committed_usd_per_year(layers: list[Tier], c: np.ndarray) -> np.ndarray:
     return cost
 
 
-def split(layers: list[Tier], nodes: int) -> dict[str, int]:
+def split(layers: list[TermTier], nodes: int) -> dict[str, int]:
     """c committed nodes by term, tier by tier."""
     out = {}
     for tier in layers:
@@ -66,7 +66,7 @@ def migration_usd(inst: Instance, site: str, gpu: str, c):
     return inst.churn.migration_usd((site, gpu), c) if inst.churn is not None else 0.0
 
 
-def _signed_term(layers: list[Tier]) -> str | None:
+def _signed_term(layers: list[TermTier]) -> str | None:
     """The term new nodes are signed on (None: the plan may sign none)."""
     return next((t.term for t in layers if not TERM[t.term].existing), None)
 
@@ -76,7 +76,7 @@ def _bounds(inst: Instance, site: str, gpu: str) -> PairBounds:
     return inst.churn.pair_bounds((site, gpu)) if inst.churn is not None else PairBounds()
 
 
-def _commitments(inst: Instance, site: str, gpu: str, layers: list[Tier], top: int) -> np.ndarray:
+def _commitments(inst: Instance, site: str, gpu: str, layers: list[TermTier], top: int) -> np.ndarray:
     """The whole commitments c worth pricing: 0 (or the churn floor) up to the nodes the
     busiest state needs, within what the tiers hold (the fleet's own, the supply cap) and the
     churn limits."""
@@ -117,9 +117,9 @@ class Commitments:
         self.peak_pos = self.ids.index(peak)
         self.contingencies = [st.id for st in inst.states if st.lost_site is not None]
         self._carbon: dict[tuple[str, str], np.ndarray] = {}
-        self._tiers: dict[tuple[str, str], list[Tier]] = {}
+        self._tiers: dict[tuple[str, str], list[TermTier]] = {}
 
-    def tiers(self, site: str, gpu: str) -> list[Tier]:
+    def tiers(self, site: str, gpu: str) -> list[TermTier]:
         """`tiers` of a pair, once: searches price a pair thousands of times."""
         if (site, gpu) not in self._tiers:
             self._tiers[(site, gpu)] = tiers(self.inst, site, gpu)

@@ -6,7 +6,7 @@ from collections import defaultdict
 
 import pandas as pd
 
-from optimizer.base.units import Role
+from optimizer.base.units import KW_PER_MW, Role
 from optimizer.instance.build import Instance
 from optimizer.scenario import Scenario
 from optimizer.serving.budget import Stages, best_waterfall
@@ -93,7 +93,7 @@ def capacity_reasons(s: Scenario, inst: Instance, sol: Solution) -> list[str]:
     for site in inst.sites:
         kw = drawn.get(site, 0.0)
         if kw >= 0.98 * inst.power_kw[site]:
-            full.append(f"{site} at {kw / 1000:.1f} of {inst.power_kw[site] / 1000:.1f} MW")
+            full.append(f"{site} at {kw / KW_PER_MW:.1f} of {inst.power_kw[site] / KW_PER_MW:.1f} MW")
         for g in inst.gpus:
             if (site, g) in inst.contracts and committed.get((site, g), 0) >= inst.committed_max[(site, g)] > 0 \
                     and sol.ondemand.get((site, g, sid), 0) >= inst.ondemand_max[(site, g)]:

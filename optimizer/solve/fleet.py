@@ -33,7 +33,7 @@ import pandas as pd
 
 from optimizer.base.contracts import COST_COLUMNS, TERMS
 from optimizer.base.spot import is_spot
-from optimizer.base.units import HOURS_PER_YEAR, KG_PER_TONNE, SECONDS_PER_HOUR, Role
+from optimizer.base.units import HOURS_PER_YEAR, KG_PER_TONNE, KW_PER_MW, SECONDS_PER_HOUR, Role
 from optimizer.curves.queueing import servers_needed, servers_needed_many
 from optimizer.instance.build import Instance
 from optimizer.instance.pools import Pool
@@ -276,12 +276,17 @@ def gpus_short(inst: Instance, sol: Solution) -> dict:
     return out
 
 
+def beyond_power(inst: Instance, site: str, kw: float) -> bool:
+    """Whether ``kw`` drawn at ``site`` exceeds its megawatts (up to floating point)."""
+    return kw > inst.power_kw[site] * (1 + ROUNDING)
+
+
 def kw_over(inst: Instance, sol: Solution) -> dict[tuple[str, int], float]:
     """kW the powered nodes draw beyond a site's megawatts, per (site, state)."""
     out = {}
     for st in inst.states:
         for s, kw in site_kw(inst, sol, st.id).items():
-            if s != st.lost_site and kw > inst.power_kw[s] * (1 + ROUNDING):
+            if s != st.lost_site and beyond_power(inst, s, kw):
                 out[(s, st.id)] = kw - inst.power_kw[s]
     return out
 
@@ -392,8 +397,8 @@ def fleet_hours(inst: Instance, sol: Solution) -> tuple[float, float, float, flo
     node_hours = sum(n * HOURS_PER_YEAR for n in committed.values()) + sum(n * weight[sid] for (_, _, sid), n in sol.ondemand.items())
     gpu_c = sum(n * HOURS_PER_YEAR * inst.gpus_per_node[g] for (s, g), n in committed.items())
     gpu_o = sum(n * weight[sid] * inst.gpus_per_node[g] for (s, g, sid), n in sol.ondemand.items())
-    mwh = sum(float(node_kw(inst, s, g, n)) * HOURS_PER_YEAR / 1000 for (s, g), n in committed.items())
-    mwh += sum(float(node_kw(inst, s, g, n)) * weight[sid] / 1000 for (s, g, sid), n in sol.ondemand.items())
+    mwh = sum(float(node_kw(inst, s, g, n)) * HOURS_PER_YEAR / KW_PER_MW for (s, g), n in committed.items())
+    mwh += sum(float(node_kw(inst, s, g, n)) * weight[sid] / KW_PER_MW for (s, g, sid), n in sol.ondemand.items())
     return node_hours, gpu_c, gpu_o, mwh
 
 

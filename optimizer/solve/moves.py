@@ -46,7 +46,7 @@ COST_TOLERANCE_USD = 1e-6
 
 
 @dataclass
-class Priced:
+class PricedMove:
     """A move's effect before it is made: the change in the plan's cost and in GPUs, and the
     new state of what it touches."""
 
@@ -107,7 +107,7 @@ class WholePlan:
         return sum(pair.current.cost_usd for pair in self.pairs.values())
 
     # ---------------------------------------------------------------------- pricing a move
-    def price(self, loads: dict, routes: dict | None = None) -> Priced:
+    def price(self, loads: dict, routes: dict | None = None) -> PricedMove:
         """``loads``: state → pool → its new load (requests/s); ``routes``: state → arc → its
         new requests/s (bookkeeping: where requests go)."""
         inst = self.inst
@@ -142,7 +142,7 @@ class WholePlan:
             cost += committed.cost_usd - pair.current.cost_usd
             feasible = feasible and not committed.over_cap
         feasible = feasible and all(self._power_ok(site, pairs) for site in {s for s, _ in pairs})
-        return Priced(cost, gpus, loads, routes or {}, replicas, pairs, feasible)
+        return PricedMove(cost, gpus, loads, routes or {}, replicas, pairs, feasible)
 
     def _power_ok(self, site: str, pairs: dict) -> bool:
         """Every nominal state's powered nodes within the site's megawatts."""
@@ -154,7 +154,7 @@ class WholePlan:
                 kw += node_kw(self.inst, s, g, c.nodes + c.ondemand)
         return bool((kw <= self.inst.power_kw[site] * (1 + 1e-9)).all())
 
-    def apply(self, move: Priced) -> None:
+    def apply(self, move: PricedMove) -> None:
         for sid, pools in move.loads.items():
             for pid, y in pools.items():
                 if y > NO_LOAD_RPS:
@@ -317,7 +317,7 @@ class Search:
     after_usd: float = 0.0
 
 
-def improve(inst: Instance, sol: Solution, budget: int, stop=lambda: False) -> tuple[Solution, Search]:
+def improve_by_moves(inst: Instance, sol: Solution, budget: int, stop=lambda: False) -> tuple[Solution, Search]:
     """Moves (module docstring) in rounds over the nominal states — merges, decode merges, then
     route shifts — first improvement, until a round keeps nothing or ``budget`` moves have been
     priced (or ``stop()``, the wall-clock cap, says so). Returns the improved plan (made whole

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from optimizer.base.units import Role
+from optimizer.base.units import KW_PER_MW, Role
 from optimizer.instance.build import Instance
 from optimizer.instance.pools import Pool
 from optimizer.solve.commitments import commit
@@ -107,6 +107,6 @@ def repair(inst: Instance, flows: dict, routes: dict, unserved: dict) -> Solutio
     sol = Solution(committed, ondemand, dict(flows), replicas, dict(routes), dict(unserved), violations)
     sol.gpus_short = gpus_short(inst, sol)
     sol.kw_over = kw_over(inst, sol)
-    sol.violations += [f"{s} state {sid}: draws {kw / 1000:.2f} MW more than its {inst.power_kw[s] / 1000:.2f} MW"
+    sol.violations += [f"{s} state {sid}: draws {kw / KW_PER_MW:.2f} MW more than its {inst.power_kw[s] / KW_PER_MW:.2f} MW"
                        for (s, sid), kw in sorted(sol.kw_over.items())]
     return sol

@@ -270,9 +270,9 @@ def reoperate(ctx: Context, plan: Candidate) -> Candidate:
 
 
 def moved(ctx: Context, plan: Candidate, budget: int) -> Candidate:
-    """Moves on ``plan`` (`moves.improve`), ``budget`` of them priced."""
+    """Moves on ``plan`` (`moves.improve_by_moves`), ``budget`` of them priced."""
     t = time.perf_counter()
-    sol, done = moves.improve(ctx.inst, plan.solution, budget, stop=ctx.out_of_time)
+    sol, done = moves.improve_by_moves(ctx.inst, plan.solution, budget, stop=ctx.out_of_time)
     ctx.count("moves priced", done.priced)
     new = candidate(ctx.inst, sol) if done.kept else plan
     ctx.log.append(SolveStep("improve", "optimal", None, None, time.perf_counter() - t, new.cost_usd))

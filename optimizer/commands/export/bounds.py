@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from optimizer.commands.export.fleet import POOL_KEY, Fleet
+from optimizer.commands.export.fleet import POOL_KEY, ExportedFleet
 
 COLUMNS = (*POOL_KEY, "period", "day_type", "hour", "replicas", "floor", "ceiling")
 
 
-def bounds_table(fleet: Fleet) -> pd.DataFrame:
+def bounds_table(fleet: ExportedFleet) -> pd.DataFrame:
     """One row per pool and slice of the horizon: replicas, floor and ceiling."""
     proc = fleet.procurement[fleet.procurement["gpu"] != "egress"]
     nodes = proc.groupby(["site", "gpu"])[["reserved_nodes", "ondemand_nodes_peak"]].sum()

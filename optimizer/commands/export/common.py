@@ -17,7 +17,15 @@ import pandas as pd
 from optimizer.base.errors import Origin, ScenarioError
 from optimizer.base.units import Role
 from optimizer.commands.export.bounds import bounds_at
-from optimizer.commands.export.fleet import ANNOTATION, GPU_RESOURCES, Fleet, PoolKey, ServingPool, Slice, model_repo
+from optimizer.commands.export.fleet import (
+    ANNOTATION,
+    GPU_RESOURCES,
+    ExportedFleet,
+    PoolKey,
+    ServingPool,
+    Slice,
+    model_repo,
+)
 
 BOUNDS_FILE = "bounds.csv"
 
@@ -26,7 +34,7 @@ BOUNDS_FILE = "bounds.csv"
 class ExportJob:
     """One export: the fleet, the slice whose replicas the manifests carry, the bounds."""
 
-    fleet: Fleet
+    fleet: ExportedFleet
     slice: Slice
     bounds: pd.DataFrame
     model_repos: dict[str, str] = field(default_factory=dict)

@@ -131,7 +131,7 @@ class Deployment:
 
 
 @dataclass
-class Fleet:
+class ExportedFleet:
     """Everything an exporter needs from a plan folder."""
 
     plan_dir: Path
@@ -195,7 +195,7 @@ def _config_engine(s, curves: pd.DataFrame) -> dict[str, dict]:
     return out
 
 
-def read_fleet(plan_dir) -> Fleet:
+def read_fleet(plan_dir) -> ExportedFleet:
     """The fleet of a plan folder (module docstring); the folder is checked first."""
     d = Path(plan_dir)
     plan = read_plan(d)
@@ -217,10 +217,10 @@ def read_fleet(plan_dir) -> Fleet:
         pools.append(ServingPool(site, workload, int(tier), role, int(speed), gpu, config, w.model, gpus, tp, nodes, ep,
                                  dp, c["weight_dtype"], c["kv_dtype"], c.get("speculative", ""),
                                  c.get("draft_tokens", 0), replicas))
-    return Fleet(d, s, pools, slices, plan.tables["procurement"], plan.tables["slo"])
+    return ExportedFleet(d, s, pools, slices, plan.tables["procurement"], plan.tables["slo"])
 
 
-def parse_slice(text: str, fleet: Fleet) -> Slice:
+def parse_slice(text: str, fleet: ExportedFleet) -> Slice:
     """PERIOD/DAY_TYPE/HOUR as a slice of the plan's horizon."""
     parts = str(text).split("/")
     if len(parts) == 3 and parts[2].isdigit():

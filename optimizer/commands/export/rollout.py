@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from optimizer.base.errors import Origin, ScenarioError
-from optimizer.commands.export.fleet import POOL_KEY, Fleet, ServingPool, Slice
+from optimizer.commands.export.fleet import POOL_KEY, ExportedFleet, ServingPool, Slice
 
 STEPS = ("scale-up", "switch-routing", "scale-down")
 
@@ -32,11 +32,11 @@ class Step:
     replicas: dict[tuple, int]  # pool key → replicas once the step is done
 
 
-def _at(fleet: Fleet, t: Slice) -> dict[tuple, int]:
+def _at(fleet: ExportedFleet, t: Slice) -> dict[tuple, int]:
     return {p.key: p.replicas.get(t, 0) for p in fleet.pools}
 
 
-def steps(old: Fleet, new: Fleet, t: Slice) -> list[Step]:
+def steps(old: ExportedFleet, new: ExportedFleet, t: Slice) -> list[Step]:
     if t not in old.slices:
         raise ScenarioError(f"slice {'/'.join(map(str, t))} of the new plan is not in the old plan's horizon",
                             Origin("--slice"))
@@ -47,7 +47,7 @@ def steps(old: Fleet, new: Fleet, t: Slice) -> list[Step]:
             Step("scale-down", "new", {k: n_new.get(k, 0) for k in keys})]
 
 
-def table(old: Fleet, new: Fleet, t: Slice, plan: list[Step]) -> pd.DataFrame:
+def table(old: ExportedFleet, new: ExportedFleet, t: Slice, plan: list[Step]) -> pd.DataFrame:
     """One row per step and pool that changes (the switch: one row), with the GPUs each
     (site, accelerator) then holds beside what the new plan buys there."""
     n_old = _at(old, t)

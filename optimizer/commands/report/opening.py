@@ -55,7 +55,7 @@ def commitment_data(folder: PlanFolder) -> pd.DataFrame:
     return out[["site", "gpu", "term", "nodes", "gpus", "usd_per_month", "usd_per_year"]]
 
 
-def ondemand_data(folder: PlanFolder) -> pd.DataFrame:
+def ondemand_table_data(folder: PlanFolder) -> pd.DataFrame:
     """Per (site, accelerator) renting on demand: the peak nodes, node-hours and cost a year
     (rental and cold starts), and in words the hours and periods it rents (from
     `charts.provisioning_data`; '–' without the scenario)."""
@@ -288,7 +288,7 @@ ONDEMAND_COLUMNS = [TableColumn("site", "site"), TableColumn("gpu", "accelerator
 
 def opening_html(folder: PlanFolder) -> str:
     commitment = commitment_data(folder)
-    rented = ondemand_data(folder)
+    rented = ondemand_table_data(folder)
     total = {"site": "total", "nodes": f.count(commitment["nodes"].sum()),
              "gpus": f.count(commitment["gpus"].sum()) if commitment["gpus"].notna().all() else f.MISSING,
              "usd_per_month": f.usd(commitment["usd_per_month"].sum()), "usd_per_year": f.usd(commitment["usd_per_year"].sum())}

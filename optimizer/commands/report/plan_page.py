@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from optimizer.base.contracts import COST_COLUMNS, COST_LABELS, TERMS
+from optimizer.base.units import GRAMS_PER_KG
 from optimizer.commands.report import charts
 from optimizer.commands.report import formatting as f
 from optimizer.commands.report.calibration import calibration_html, has_calibration
@@ -65,7 +66,7 @@ def key_figures(s: dict) -> pd.DataFrame:
         ("tokens/s per MW", f.count(s.get("tokens_per_s_per_mw"))),
         ("carbon a year, and per million output tokens",
          f"{f.count((s.get('carbon') or {}).get('t_per_year'))} tCO2eq, "
-         f"{f.count(1000 * ((s.get('carbon') or {}).get('kg_per_million_tokens') or 0))} g"),
+         f"{f.count(GRAMS_PER_KG * ((s.get('carbon') or {}).get('kg_per_million_tokens') or 0))} g"),
         ("reserved share of GPU-hours", f.pct(s.get("reserved_share_of_gpu_hours"))),
         ("average utilisation", f.pct(s.get("average_utilization"))),
         ("unserved demand", f.pct(s.get("unserved_fraction"), 3)),

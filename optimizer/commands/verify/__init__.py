@@ -92,7 +92,7 @@ from optimizer.commands.verify.tables import (
     goodput_tokens,
     measured_summary,
     predictions,
-    token_billing,
+    verified_token_billing,
 )
 from optimizer.folder.read import read_plan, scenario_of
 
@@ -204,7 +204,7 @@ def verify_plan(plan_dir, slices="peak", requests=20000, seed=0, progress=None, 
     summary["arrivals"] = arrivals.name
     good, tokens = goodput_tokens(s, done)
     goodput = {k: good[k] / tokens[k] for k in tokens if tokens[k]}
-    summary["token_billing"] = token_billing(plan.summary.get("token_billing"), goodput)
+    summary["token_billing"] = verified_token_billing(plan.summary.get("token_billing"), goodput)
     return VerifyResult(tables, summary, done)
 
 

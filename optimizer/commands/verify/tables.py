@@ -32,7 +32,7 @@ def goodput_tokens(s, results) -> tuple[dict[str, float], dict[str, float]]:
     return good, tokens
 
 
-def token_billing(planned: dict | None, goodput: dict[str, float]) -> dict | None:
+def verified_token_billing(planned: dict | None, goodput: dict[str, float]) -> dict | None:
     """The plan's token-billing view (`optimizer.serving.billing`) with the simulated goodput: only
     tokens inside the objectives have value, so the GPU cost per million goodput tokens is
     the planned cost per million output tokens ÷ the measured goodput fraction."""
