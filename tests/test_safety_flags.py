@@ -185,3 +185,23 @@ def test_fuzzed_curve_arguments_run_or_refuse(capsys, flag, value):
     assert code in (0, 2)
     if code == 2:
         assert len(err.splitlines()) == 1, err
+
+
+def test_a_catalogue_csv_given_with_set_is_read_from_the_working_directory(tmp_path, capsys, monkeypatch):
+    """`--set 'accelerators={csv: sub/acc.csv}'`: the path is relative to the working directory
+    (the flag's own text, with its slash, is no folder), and a bad row names that CSV's line."""
+    from optimizer.scenario import DATA_DIR
+
+    monkeypatch.chdir(tmp_path)
+    lines = (DATA_DIR / "accelerators.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    rows = [line for line in lines[1:] if line.split(",")[0] in ("h100-sxm", "l40s")]
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "acc.csv").write_text("\n".join([lines[0], *rows]) + "\n")
+    assert main(PLAN + ["--set", "accelerators={csv: sub/acc.csv}", "--out", "ok", "--no-report"]) == 0
+    bad = [row.split(",") for row in rows]
+    bad[1][header.index("hbm_gb")] = "1e308"
+    (tmp_path / "sub" / "acc.csv").write_text("\n".join([lines[0], *(",".join(r) for r in bad)]) + "\n")
+    capsys.readouterr()
+    check(PLAN + ["--set", "accelerators={csv: sub/acc.csv}", "--out", "bad"], capsys, "sub/acc.csv, line 3",
+          "field 'hbm_gb'")

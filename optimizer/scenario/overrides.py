@@ -118,16 +118,20 @@ def _select_table(raw: RawScenario, head: str, value, origin: Origin) -> None:
     own rows kept first."""
     doc = read_yaml(raw.path) if raw.path.is_file() else {}
     catalogue = raw.path.parent / str(doc["catalogue"]) if isinstance(doc.get("catalogue"), str) else DATA_DIR
+    # the flag stands where a scenario file would, in the working directory: a CSV it names is
+    # read from there (the flag's own text, slashes and all, is no folder)
+    flag = Path.cwd() / "--set"
     rows_from: dict = {}
     try:
-        raw.data[head] = table_rows(head, value, Path(origin.file), catalogue, raw.warnings, rows_from)
+        raw.data[head] = table_rows(head, value, flag, catalogue, raw.warnings, rows_from)
     except ScenarioError as exc:
         raise ScenarioError(exc.message, origin, field=head) from None
-    # the table's rows now come from the flag (a patched row) or the catalogue: an error in
-    # one names that place, not the row the scenario had before
+    # the table's rows now come from the flag (a patched row), a CSV or the catalogue: an error
+    # in one names that place, not the row the scenario had before
     for path in [path for path in raw.origins if path[0] == head]:
         del raw.origins[path]
-    raw.origins.update(rows_from)
+    raw.origins.update({path: Origin(origin.file, o.line, o.label) if o.file == str(flag) else o
+                        for path, o in rows_from.items()})
     if head in ("sites", "accelerators"):
         provider = raw.data.get("price_provider", "reference")
         for dep in ("supply", "owned", "prices", "grid_carbon"):
