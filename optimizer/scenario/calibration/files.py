@@ -79,57 +79,57 @@ def read_calibration_record(path: str | Path) -> tuple[list[ParameterSet], str, 
     entries = doc.get("entries")
     if not isinstance(entries, list) or not entries:
         raise ScenarioError("expected a non-empty list of parameter sets", Origin(str(path)), field="entries")
-    lines = _lines(path)
     out = []
     for i, entry in enumerate(entries):
-        where = _at(path, lines, "entries", i)
-        if not isinstance(entry, dict):
-            raise ScenarioError(f"expected a mapping of parameters, got {entry!r}", where, field=f"entries[{i}]")
-        unknown = [k for k in entry if k not in ParameterSet.model_fields or k == "origin"]
-        if unknown:
-            known = [k for k in ParameterSet.model_fields if k != "origin"]
-            raise ScenarioError(f"unknown field; expected among {', '.join(known)}",
-                                _at(path, lines, "entries", i, unknown[0]), field=unknown[0])
-        out.append(_checked(ParameterSet, dict(entry, origin=path.name), where, _item(lines, "entries", i)))
+        try:
+            out.append(_parameter_set(path, entry, i))
+        except ScenarioError as exc:
+            raise _placed(exc, path, "entries", i) from None
     points = doc.get("points") or []
     if not isinstance(points, list):
         raise ScenarioError("expected a list of measured points", Origin(str(path)), field="points")
-    checked = [_checked(CalibrationPoint, p, _at(path, lines, "points", i), _item(lines, "points", i)).model_dump()
-               for i, p in enumerate(points)]
+    checked = []
+    for i, point in enumerate(points):
+        try:
+            checked.append(_checked(CalibrationPoint, point, Origin(str(path), None, f"points[{i}]")).model_dump())
+        except ScenarioError as exc:
+            raise _placed(exc, path, "points", i) from None
     residuals = doc.get("residuals") if isinstance(doc.get("residuals"), dict) else {}
     return out, hashlib.sha256(data).hexdigest(), {"points": checked, "residuals": residuals}
 
 
-def _lines(path: Path):
-    """The file read again for its line numbers (YAML, and JSON as the YAML it also is); None
-    where that reading fails — the errors then name the entry without a line."""
+def _parameter_set(path: Path, entry, i: int) -> ParameterSet:
+    """Entry ``i`` of the file, checked."""
+    where = Origin(str(path), None, f"entries[{i}]")
+    if not isinstance(entry, dict):
+        raise ScenarioError(f"expected a mapping of parameters, got {entry!r}", where, field=f"entries[{i}]")
+    unknown = [k for k in entry if k not in ParameterSet.model_fields or k == "origin"]
+    if unknown:
+        known = [k for k in ParameterSet.model_fields if k != "origin"]
+        raise ScenarioError(f"unknown field; expected among {', '.join(known)}", where, field=unknown[0])
+    return _checked(ParameterSet, dict(entry, origin=path.name), where)
+
+
+def _placed(exc: ScenarioError, path: Path, section: str, i: int) -> ScenarioError:
+    """``exc`` at its line: the failing field's, else item ``i``'s of ``section``. The file is
+    read again for its lines (YAML, and JSON as the YAML it also is) only here, on the error
+    path; where that reading fails the error keeps no line."""
     try:
-        return read_yaml(path)
+        lines = read_yaml(path)
     except ScenarioError:
-        return None
-
-
-def _item(lines, section: str, i: int):
-    """Item ``i`` of ``section`` as read with its lines (None when unknown)."""
+        lines = None
     items = lines.get(section) if isinstance(lines, dict) else None
-    return items[i] if isinstance(items, list) and i < len(items) else None
-
-
-def _at(path: Path, lines, section: str, i: int, key: str | None = None) -> Origin:
-    """Where item ``i`` of ``section`` (its ``key``, if given) is in the file: its line and
-    ``section[i]``."""
-    item = _item(lines, section, i)
-    line = getattr(item, "key_lines", {}).get(key) if key is not None else None
+    item = items[i] if isinstance(items, list) and i < len(items) else None
+    key = (exc.field or "").split(".")[0]
+    line = getattr(item, "key_lines", {}).get(key) or getattr(item, "line", None)
     if line is None:
-        items = lines.get(section) if isinstance(lines, dict) else None
         item_lines = getattr(items, "lines", [])
-        line = getattr(item, "line", None) or (item_lines[i] if i < len(item_lines) else None)
-    return Origin(str(path), line, f"{section}[{i}]")
+        line = item_lines[i] if i < len(item_lines) else None
+    return ScenarioError(exc.message, Origin(str(path), line, f"{section}[{i}]"), exc.field)
 
 
-def _checked(model, value, where: Origin, lines=None):
-    """``model(**value)``, or the first validation problem as a `ScenarioError` at ``where``
-    (at the line of the failing field where ``lines``, the value read with its lines, has it)."""
+def _checked(model, value, where: Origin):
+    """``model(**value)``, or the first validation problem as a `ScenarioError` at ``where``."""
     if not isinstance(value, dict):
         raise ScenarioError(f"expected a mapping, got {value!r}", where, field=where.label)
     try:
@@ -137,9 +137,6 @@ def _checked(model, value, where: Origin, lines=None):
     except ValidationError as exc:
         err = exc.errors()[0]
         name = str(err["loc"][0]) if err["loc"] else ""
-        line = getattr(lines, "key_lines", {}).get(name)
-        if line is not None:
-            where = Origin(where.file, line, where.label)
         message = err["msg"].removeprefix("Value error, ")
         if name in PARAMETERS:
             low, high, _ = PARAMETERS[name]
