@@ -35,6 +35,7 @@ from optimizer.curves.roofline import (
     attention_flops,
     collective_time_s,
     linear_flops,
+    mixed_step_time_s,
     pass_overhead_s,
     prefill_efficiency,
     prefill_time_s,
@@ -167,3 +168,25 @@ def p99_pass_s(replica: Replica, lengths: LengthDistribution, hit_rate: float, c
     tokens_of = [p99_tokens] + [mean_new + cached] * int(others) + ([share * mean_new + cached] if share > 0 else [])
     cached_of = [p99_cached] + [cached] * (len(tokens_of) - 1)
     return max(alone, pass_time_s(replica, tokens_of, cached_of))
+
+
+def chunked_prefill_s(r: Replica, batch: float, context: float, tokens, cached, chunk: int) -> np.ndarray:
+    """Time a colocated replica's prefill lane spends on each prompt: its new tokens in
+    chunks of C, the j-th at context cached + j·C, the last one only what is left — each
+    iteration decoding ``batch`` sequences of mean ``context`` beside it:
+
+        Σ_j mixed_step(b, context, min(C, new − j·C), cached + j·C).
+
+    A full chunk's iteration depends only on where it starts, so the full chunks are summed
+    once per distinct cached prefix (running sums over j) and each prompt adds its last."""
+    s = np.atleast_1d(np.asarray(tokens, dtype=float))
+    c = np.broadcast_to(np.asarray(cached, dtype=float), s.shape)
+    new = np.maximum(s - c, 1.0)
+    full = np.floor(new / chunk).astype(int)
+    rest = new - full * chunk
+    starts, which = np.unique(np.where(full > 0, c, -1.0), return_inverse=True)
+    j = np.arange(max(int(full.max()), 1))
+    runs = np.asarray(mixed_step_time_s(r, batch, context, chunk, np.maximum(starts, 0.0)[:, None] + j * chunk))
+    summed = np.concatenate((np.zeros((len(starts), 1)), np.cumsum(runs, axis=1)), axis=1)
+    last = np.asarray(mixed_step_time_s(r, batch, context, np.maximum(rest, 1.0), c + full * chunk))
+    return summed[which, full] + np.where(rest > 0, last, 0.0)

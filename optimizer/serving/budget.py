@@ -18,7 +18,7 @@ Colocated (chunked prefill inside decode iterations):
     X = d·U + Σ_j mixed(b, min(C, new − j·C) at context cached + j·C)
         (the rest of the running decode step d, then a chunk per iteration beside the b
         sequences decoding; the one carrying the last chunk emits the first token —
-        `configs.chunked_prefill_s`)
+        `prefill_batch.chunked_prefill_s`)
 
 The p99 of the sum is not the sum of the stage p99s (`curves.tail`). The budget
 (`Waterfall`, `fleetplan budget`) is the path with no wait: the q-quantile of X, split into
@@ -34,12 +34,12 @@ import numpy as np
 
 from optimizer.base.units import MS_PER_S, Role, ServingMode
 from optimizer.curves.lengths import LengthDistribution
-from optimizer.curves.prefill_batch import riding_pass_s
+from optimizer.curves.prefill_batch import chunked_prefill_s, riding_pass_s
 from optimizer.curves.roofline import attention_flops, decode_step_time_s, prefill_time_s
 from optimizer.curves.tail import Law, law, lognormal_points, quantile_s
 from optimizer.curves.transfer import kv_transfer_time_s
 from optimizer.scenario import Scenario, Workload
-from optimizer.serving.configs import ServingConfig, chunked_prefill_s, kv_bytes_per_token, make_replica
+from optimizer.serving.configs import ServingConfig, kv_bytes_per_token, make_replica
 
 PROMPT_POINTS = 256  # quantile grid of the prompt length (each of hit and miss)
 MAX_RIDERS = 24  # at most this many prompts beside a waiting one are told apart
