@@ -34,6 +34,21 @@ def decode_operating_point(step_of, max_batch: int, itl_objective_s: float, tail
     return b, float(steps[b - 1])
 
 
+def colocated_balance_batch(osl_tokens: float, chunks_per_prompt: float, decode_utilization: float,
+                            prefill_utilization: float) -> int:
+    """The batch k at which a colocated replica's decode side and prefill lane complete
+    requests at the same rate, both carried by the same iterations of length T(b):
+
+        decode:  ρ_d · b / (osl · T(b))        prefill lane:  ρ_p / (n_c · T(b))
+
+    (n_c chunks per prompt, one per iteration). Below k the decode side limits and a larger
+    batch gains; beyond it the lane limits and a larger batch only lengthens T(b), so the
+    replica completes fewer requests. k = ⌈ρ_p · osl / (ρ_d · n_c)⌉, at least 1.
+    Hand check: osl 750, n_c 32 (16k prompts in 512-token chunks), ρ_d = ρ_p → k = 24."""
+    ratio = prefill_utilization * osl_tokens / (decode_utilization * max(chunks_per_prompt, 1e-9))
+    return max(int(np.ceil(ratio - 1e-9)), 1)
+
+
 @dataclass(frozen=True)
 class Knee:
     """Where batching stops paying.

@@ -31,12 +31,12 @@ import numpy as np
 from optimizer.base.precision import bytes_per_value, matmul_flops, runs_natively
 from optimizer.base.units import MS_PER_S, US_PER_S, Role
 from optimizer.curves import memory
-from optimizer.curves.batching import decode_operating_point
+from optimizer.curves.batching import colocated_balance_batch, decode_operating_point
 from optimizer.curves.cache import cache_kv_share, p99_cached_tokens
 from optimizer.curves.expert_parallel import fabric
 from optimizer.curves.lengths import LengthDistribution, service_moments
 from optimizer.curves.memory import kv_budget_bytes, max_concurrency, replica_kv_copies
-from optimizer.curves.prefill_batch import full_pass_s, p99_pass_s
+from optimizer.curves.prefill_batch import chunked_prefill_s, full_pass_s, p99_pass_s
 from optimizer.curves.roofline import (
     decode_step_time_s,
     mixed_step_time_s,
@@ -330,19 +330,37 @@ def decode_at(w: Workload, a: Accelerator, r: Replica, s: Serving, speculative: 
 
 
 def colocated_config(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving, chunk: int) -> ServingConfig | None:
-    """A replica that prefills in chunks of C tokens inside its decode iterations, at the
-    largest batch whose p99 iteration meets the ITL objective."""
-    b, _ = decode_operating_point(_iteration(w, r, chunk), _colocated_ceiling(w, r, s), w.itl_p99_ms / MS_PER_S,
-                                  s.itl_tail_factor)
-    return colocated_at(w, m, a, r, s, chunk, b) if b else None
+    """A replica that prefills in chunks of C tokens inside its decode iterations: at most the
+    largest batch whose p99 iteration (its chunk late in the prompt, `_iteration`) meets the
+    ITL objective, held to where decode side and prefill lane balance
+    (`batching.colocated_balance_batch`: a larger batch only lengthens every iteration) — the
+    better of the balance batch and the one below it. A looser objective never serves less."""
+    b, _ = decode_operating_point(_iteration(w, r, chunk, late=True), _colocated_ceiling(w, r, s),
+                                  w.itl_p99_ms / MS_PER_S, s.itl_tail_factor)
+    if not b:
+        return None
+    k = colocated_balance_batch(w.osl_mean_tokens, _chunks(w, m, chunk), s.decode_max_utilization,
+                                s.prefill_max_utilization)
+    configs = [colocated_at(w, m, a, r, s, chunk, x) for x in sorted({min(b, k), min(b, max(k - 1, 1))})]
+    return max(configs, key=lambda c: min(c.decode_rps, s.prefill_max_utilization * c.lane_rps()))
 
 
-def _iteration(w: Workload, r: Replica, chunk: int):
+def _iteration(w: Workload, r: Replica, chunk: int, late: bool = False):
+    """Iteration time as a function of the batch, its chunk at mid-prompt (the mean) or, for
+    the p99 gap, at the last full chunk of the mean prompt (``late``): chunk positions are
+    uniform through a prompt, the chunk attending to nearly all of it is among the slowest."""
     context = w.isl_mean_tokens + w.osl_mean_tokens / 2.0
+    chunk_context = max(w.isl_mean_tokens - chunk, 0.0) if late else w.isl_mean_tokens / 2.0
 
     def step_of(b):
-        return mixed_step_time_s(r, b, context, chunk, w.isl_mean_tokens / 2.0)
+        return mixed_step_time_s(r, b, context, chunk, chunk_context)
     return step_of
+
+
+def _chunks(w: Workload, m: Model, chunk: int) -> float:
+    """Mean chunks per prompt: E[⌈(s − s_c)/C⌉] over the prompt lengths and cache hits."""
+    return service_moments(lambda t, c: np.ceil(np.maximum(np.asarray(t) - c, 1.0) / chunk), _lengths(w, m)[0],
+                           w.prompt_cache_hit_rate, w.shared_prefix_tokens)[0]
 
 
 def _colocated_ceiling(w: Workload, r: Replica, s: Serving) -> int:
@@ -352,35 +370,13 @@ def _colocated_ceiling(w: Workload, r: Replica, s: Serving) -> int:
     return int(max_concurrency(r, w.isl_mean_tokens + w.osl_mean_tokens, share))
 
 
-def chunked_prefill_s(r: Replica, batch: float, context: float, tokens, cached, chunk: int) -> np.ndarray:
-    """Time a colocated replica's prefill lane spends on each prompt: its new tokens in
-    chunks of C, the j-th at context cached + j·C, the last one only what is left — each
-    iteration decoding ``batch`` sequences of mean ``context`` beside it:
-
-        Σ_j mixed_step(b, context, min(C, new − j·C), cached + j·C).
-
-    A full chunk's iteration depends only on where it starts, so the full chunks are summed
-    once per distinct cached prefix (running sums over j) and each prompt adds its last."""
-    s = np.atleast_1d(np.asarray(tokens, dtype=float))
-    c = np.broadcast_to(np.asarray(cached, dtype=float), s.shape)
-    new = np.maximum(s - c, 1.0)
-    full = np.floor(new / chunk).astype(int)
-    rest = new - full * chunk
-    starts, which = np.unique(np.where(full > 0, c, -1.0), return_inverse=True)
-    j = np.arange(max(int(full.max()), 1))
-    runs = np.asarray(mixed_step_time_s(r, batch, context, chunk, np.maximum(starts, 0.0)[:, None] + j * chunk))
-    summed = np.concatenate((np.zeros((len(starts), 1)), np.cumsum(runs, axis=1)), axis=1)
-    last = np.asarray(mixed_step_time_s(r, batch, context, np.maximum(rest, 1.0), c + full * chunk))
-    return summed[which, full] + np.where(rest > 0, last, 0.0)
-
-
 def colocated_at(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving, chunk: int, batch: int) -> ServingConfig:
     """A colocated replica at batch ``batch``.
 
     iteration(b) = decode step + a full C-token chunk at mid-prompt (`mixed_step_time_s`);
-    ITL p99 = tail · iteration; a prompt's lane time is its chunks' iterations
-    (`chunked_prefill_s`; the prefill lane's service time); decode requests/s =
-    ρ_max · b / (osl_mean · iteration).
+    ITL p99 = tail · iteration with its chunk late (`_iteration`); a prompt's lane time is its
+    chunks' iterations (`chunked_prefill_s`; the prefill lane's service time); decode
+    requests/s = ρ_max · b / (osl_mean · iteration).
 
     Input share of the busy time (an estimate): a request's chunks cost its lane time less
     as many decode steps, its tokens osl · step(b) / b; the share is the first over the sum.
@@ -395,9 +391,7 @@ def colocated_at(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving, 
     cached_p99 = p99_cached_tokens(w.prompt_cache_hit_rate, w.shared_prefix_tokens, w.slo_attainment)
     mean_s, scv = service_moments(service, isl, w.prompt_cache_hit_rate, w.shared_prefix_tokens)
     decode_step = float(decode_step_time_s(r, batch, context))
-    chunks = service_moments(lambda t, c: np.ceil(np.maximum(np.asarray(t) - c, 1.0) / chunk), isl,
-                             w.prompt_cache_hit_rate, w.shared_prefix_tokens)[0]
-    prompt_s = max(mean_s - chunks * decode_step, 0.0)
+    prompt_s = max(mean_s - _chunks(w, m, chunk) * decode_step, 0.0)
     tokens_s = w.osl_mean_tokens * decode_step / batch
     return ServingConfig(
         **_base(w, a, r, "colocated", f"colocated-c{chunk}", s),
@@ -405,7 +399,8 @@ def colocated_at(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving, 
         batch=batch, chunk_tokens=chunk,
         prefill_p99_ms=float(service(w.isl_p99_tokens, cached_p99)[0]) * MS_PER_S,
         service_mean_s=mean_s, service_scv=scv,
-        step_ms=iteration * MS_PER_S, itl_p99_ms=s.itl_tail_factor * iteration * MS_PER_S,
+        step_ms=iteration * MS_PER_S,
+        itl_p99_ms=s.itl_tail_factor * float(_iteration(w, r, chunk, late=True)(batch)) * MS_PER_S,
         decode_rps=s.decode_max_utilization * batch / (w.osl_mean_tokens * iteration),
         decode_tokens_per_s=batch / iteration, max_concurrency=_colocated_ceiling(w, r, s),
     )
