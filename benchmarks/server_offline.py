@@ -21,6 +21,7 @@ per GPU per ITL objective. The best parallel degree is taken for each figure.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import numpy as np
 
@@ -64,17 +65,22 @@ def _batching(c):
     return kw.get("full_prompts", 1.0), kw.get("full_pass_s", c.service_mean_s)
 
 
-def replicas(s, model, gpu):
+def replicas(s, model, gpu, tweak=None):
+    """bf16 replicas at each parallel degree; ``tweak`` (name → factor) scales efficiency
+    parameters of the accelerator's calibration row (the sensitivity table)."""
     for p in parallel_degrees(model, gpu, s.serving):
         r = make_replica(model, gpu, s.serving, p, "bf16", "bf16")
+        if r is not None and tweak:
+            r = dataclasses.replace(r, eff=dataclasses.replace(
+                r.eff, **{k: getattr(r.eff, k) * v for k, v in tweak.items()}))
         if r is not None and kv_budget_bytes(r) > 0:
             yield r
 
 
-def offline(s, model, gpu, isl, osl) -> float:
+def offline(s, model, gpu, isl, osl, tweak=None) -> float:
     w = probe(model.id, isl, osl, 60_000.0)
     best = 0.0
-    for r in replicas(s, model, gpu):
+    for r in replicas(s, model, gpu, tweak):
         for chunk in OFFLINE_CHUNKS:
             c = colocated_config(w, model, gpu, r, s.serving, chunk)
             if c is not None:
@@ -82,12 +88,12 @@ def offline(s, model, gpu, isl, osl) -> float:
     return best
 
 
-def server(s, model, gpu, isl, osl, itl_ms) -> tuple[float, float]:
+def server(s, model, gpu, isl, osl, itl_ms, tweak=None) -> tuple[float, float]:
     """(colocated, disaggregated) output tokens/s per GPU."""
     w = probe(model.id, isl, osl, itl_ms)
     budget_s = (TTFT_MS - s.serving.fixed_overhead_ms) / MS_PER_S
     colo, prefill, decode = 0.0, [], []
-    for r in replicas(s, model, gpu):
+    for r in replicas(s, model, gpu, tweak):
         for chunk in s.serving.colocated_chunk_tokens:
             c = colocated_config(w, model, gpu, r, s.serving, chunk)
             if c is not None:
@@ -127,11 +133,22 @@ def main() -> None:
                 best = max(colo, disagg)
                 per_gpu[g, isl, itl] = best
                 print(f"| {g} | {isl:,} | {itl:g} | {off:,.0f} | {colo:,.0f} | {disagg:,.0f} | {best / off:.2f} |")
-    print("\n| prompt | ITL ms | MI300X / H100 per GPU |\n|---:|---:|---:|")
+    print("\nMI300X / H100 per GPU (Server, best of colocated and disaggregated); the MI300X calibration row "
+          "copies H100's overheads and decode MBU (assumed) — the columns after the first scale them on MI300X only\n")
+    print("| prompt | ITL ms | as shipped | " + " | ".join(name for name, _ in SENSITIVITY) + " |")
+    print("|---:|---:|---:|" + "---:|" * len(SENSITIVITY))
+    mi300x = s.accelerators["mi300x"]
     for isl in PROMPTS:
         for itl in ITLS_MS:
             h = per_gpu["h100-sxm", isl, itl]
-            print(f"| {isl:,} | {itl:g} | {per_gpu['mi300x', isl, itl] / h:.2f} |" if h else f"| {isl:,} | {itl:g} | – |")
+            cells = [per_gpu["mi300x", isl, itl]] + [max(server(s, model, mi300x, isl, args.osl, itl, tweak))
+                                                     for _, tweak in SENSITIVITY]
+            print(f"| {isl:,} | {itl:g} | " + " | ".join(f"{x / h:.2f}" if h else "–" for x in cells) + " |")
+
+
+SENSITIVITY = [("decode MBU × 0.8", {"decode_mbu": 0.8}),
+               ("layer overhead × 1.5", {"layer_overhead_s": 1.5}),
+               ("both", {"decode_mbu": 0.8, "layer_overhead_s": 1.5})]
 
 
 if __name__ == "__main__":
