@@ -89,7 +89,9 @@ def test_colocated_waterfall_and_the_best_path(reference):
     rng, tokens, cached = sampled_prompts(s, w)
     iteration = together.step_ms / 1e3
     stages = (np.ceil((tokens - cached) / together.chunk_tokens) + rng.random(len(tokens))) * iteration
-    assert c.prefill_ms == pytest.approx(1e3 * np.quantile(stages, 0.99), rel=0.01)
+    # every chunk at the mid-prompt iteration: at the balance batch the decode share of an
+    # iteration is small, so where a chunk sits in its prompt moves it by a percent or two
+    assert c.prefill_ms == pytest.approx(1e3 * np.quantile(stages, 0.99), rel=0.02)
     assert c.queue_budget_ms == pytest.approx(300 - 20 - 23 - c.prefill_ms)
     options = [disaggregated(w, s, 20.0, prefill, decode, Stages(s)), c]
     best = best_waterfall(w, s, 20.0, [prefill, decode, together])
