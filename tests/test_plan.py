@@ -60,10 +60,10 @@ def test_every_routed_arc_meets_its_objectives(reference_plan):
     assert routed == set(map(tuple, slo[["metro", "workload", "site", "tier"]].to_numpy()))
 
 
-@pytest.mark.xfail(strict=True, reason="known defect: a colocated config's decode capacity is sized with every "
-                   "iteration carrying a chunk, its predicted gaps from the lane's utilisation; on the reference's "
-                   "first plan one arc (Mexico City to Dallas, RAG, tier 1, Q1 00:00, an H100 x2 colocated pool "
-                   "at 93 % of its decode rps) is predicted at 63.7 ms against a 60 ms ITL objective")
+# A colocated config's decode capacity is sized with a chunk in every iteration, its predicted
+# gaps from the lane's utilisation (benchmarks/RESULTS.md, "A plan's own ITL promise"): two models
+# of one pool. With the batch at the balance of decode side and prefill lane the reference's first
+# plan has no arc above its ITL objective (before: one, 63.7 ms against 60); the mismatch is open.
 def test_every_routed_arc_meets_its_itl_objective(reference_plan):
     plan, _ = reference_plan
     slo = plan.tables["slo"]
@@ -102,9 +102,9 @@ def test_written_plan_reads_back_identically(tmp_path):
 def test_unreachable_demand_gets_a_diagnosis(tmp_path):
     """Chat from Chicago with a 60 ms TTFT objective is out of reach of every site."""
     with pytest.raises(InfeasibleError) as err:
-        make_plan(TINY, ["workloads.code-completion.ttft_p99_ms=100"], exact=True)
+        make_plan(TINY, ["workloads.code-completion.ttft_p99_ms=85"], exact=True)
     text = str(err.value)
-    assert "code-completion from chicago cannot meet its 100 ms p99 TTFT" in text
+    assert "code-completion from chicago cannot meet its 85 ms p99 TTFT" in text
     assert "ms over" in text
 
 
@@ -123,7 +123,7 @@ def test_a_round_trip_just_over_a_tier_is_diagnosed_as_the_tier(tmp_path):
 
 def test_cli_infeasible_exit_code_and_no_folder(tmp_path, capsys):
     out = tmp_path / "never"
-    code = main(["plan", str(TINY), "--out", str(out), "--quiet", "--exact", "--set", "workloads.code-completion.ttft_p99_ms=100"])
+    code = main(["plan", str(TINY), "--out", str(out), "--quiet", "--exact", "--set", "workloads.code-completion.ttft_p99_ms=85"])
     assert code == 3
     assert not out.exists()
     assert "cannot meet" in capsys.readouterr().err
