@@ -105,6 +105,7 @@ TABLE_COLUMNS: dict[str, tuple[Column, ...]] = {
         _float("weights_gb_per_gpu", 0, 1e6), _int("max_concurrency", 0, 100_000_000), _float("input_share", 0, 1),
         _float("service_mean_ms", 0, MAX_MS), _float("nic_gb_s", 0, 1e6),
         Column("prefill_batch_tokens", "int", 0, 10_000_000, default=0),
+        Column("service_third_ratio", "float", 0, 1e12, default=0.0),  # 0 in folders written before it
         # empty in folders written before precisions were a choice: the workload's own
         *(Column(name, "text", empty=True, default="") for name in ("weight_dtype", "kv_dtype")),
         # expert-parallel configs only (serving.expert_parallel): plans without them keep their tables

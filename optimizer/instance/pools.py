@@ -121,6 +121,7 @@ def _per_gpu_scores(options: list[Option], s: Scenario) -> np.ndarray:
         s.serving.prefill_max_utilization,
         np.array([s.workloads[o.config.workload].slo_attainment for o in options]),
         args[:, 0], args[:, 1], law=np.arange(len(options)),
+        service_third_ratio=np.array([o.config.service_third_ratio for o in options]),
     ) / n
     decode = np.array([o.config.decode_rps if o.config.role == Role.COLOCATED else np.inf for o in options])
     gpus = np.array([o.config.gpus for o in options], dtype=float)
@@ -157,7 +158,8 @@ class PoolFactory:
             np.array([o.config.service_scv for o in todo])[which], stack([o.slack for o in todo]),
             self.s.serving.prefill_max_utilization,
             np.array([self.s.workloads[o.config.workload].slo_attainment for o in todo])[which],
-            args[which, 0], args[which, 1], law=which)
+            args[which, 0], args[which, 1], law=which,
+            service_third_ratio=np.array([o.config.service_third_ratio for o in todo])[which])
         for o, table in zip(todo, np.split(caps, np.cumsum(sizes)[:-1])):
             table.setflags(write=False)
             self._tables[(o.config.id, o.key)] = table

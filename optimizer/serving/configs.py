@@ -196,6 +196,7 @@ class ServingConfig:
     prefill_p99_ms: float = 0.0  # prefill (colocated: all chunks) of the p99 prompt
     service_mean_s: float = 0.0  # prefill-lane service time per request
     service_scv: float = 0.0
+    service_third_ratio: float = 0.0  # E[S³]/E[S]³ of the prefill-lane service time (0: not known)
     step_ms: float = 0.0  # decode step / colocated iteration at the operating batch
     itl_p99_ms: float = 0.0
     tokens_per_step: float = 1.0
@@ -270,7 +271,8 @@ def prefill_config(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving
         return None
     cached_p99 = p99_cached_tokens(w.prompt_cache_hit_rate, w.shared_prefix_tokens, w.slo_attainment)
     p99_s = float(prefill_time_s(r, w.isl_p99_tokens, cached_p99))
-    mean_s, scv = service_moments(lambda t, c: prefill_time_s(r, t, c), isl, w.prompt_cache_hit_rate, w.shared_prefix_tokens)
+    mean_s, scv, third = service_moments(lambda t, c: prefill_time_s(r, t, c), isl, w.prompt_cache_hit_rate,
+                                         w.shared_prefix_tokens)
     batch = {}
     if batch_tokens > 0:
         prompts, pass_s = full_pass_s(r, isl, w.prompt_cache_hit_rate, w.shared_prefix_tokens, batch_tokens)
@@ -281,7 +283,8 @@ def prefill_config(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving
         batch = dict(prefill_batch_tokens=int(batch_tokens), batch_prompts=prompts, batch_pass_ms=pass_s * MS_PER_S)
     return ServingConfig(
         **_base(w, a, r, "prefill", f"prefill-b{batch_tokens}" if batch_tokens else "prefill", s),
-        prefill_p99_ms=p99_s * MS_PER_S, service_mean_s=mean_s, service_scv=scv, input_share=1.0, **batch,
+        prefill_p99_ms=p99_s * MS_PER_S, service_mean_s=mean_s, service_scv=scv, service_third_ratio=third,
+        input_share=1.0, **batch,
     )
 
 
@@ -393,7 +396,7 @@ def colocated_at(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving, 
         return chunked_prefill_s(r, batch, context, tokens, cached, chunk)
 
     cached_p99 = p99_cached_tokens(w.prompt_cache_hit_rate, w.shared_prefix_tokens, w.slo_attainment)
-    mean_s, scv = service_moments(service, isl, w.prompt_cache_hit_rate, w.shared_prefix_tokens)
+    mean_s, scv, third = service_moments(service, isl, w.prompt_cache_hit_rate, w.shared_prefix_tokens)
     decode_step = float(decode_step_time_s(r, batch, context))
     chunks = service_moments(lambda t, c: np.ceil(np.maximum(np.asarray(t) - c, 1.0) / chunk), isl,
                              w.prompt_cache_hit_rate, w.shared_prefix_tokens)[0]
@@ -404,7 +407,7 @@ def colocated_at(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving, 
         input_share=prompt_s / (prompt_s + tokens_s),
         batch=batch, chunk_tokens=chunk,
         prefill_p99_ms=float(service(w.isl_p99_tokens, cached_p99)[0]) * MS_PER_S,
-        service_mean_s=mean_s, service_scv=scv,
+        service_mean_s=mean_s, service_scv=scv, service_third_ratio=third,
         step_ms=iteration * MS_PER_S, itl_p99_ms=s.itl_tail_factor * iteration * MS_PER_S,
         decode_rps=s.decode_max_utilization * batch / (w.osl_mean_tokens * iteration),
         decode_tokens_per_s=batch / iteration, max_concurrency=_colocated_ceiling(w, r, s),
