@@ -60,10 +60,6 @@ def test_every_routed_arc_meets_its_objectives(reference_plan):
     assert routed == set(map(tuple, slo[["metro", "workload", "site", "tier"]].to_numpy()))
 
 
-@pytest.mark.xfail(strict=True, reason="known defect: a colocated config's decode capacity is sized with every "
-                   "iteration carrying a chunk, its predicted gaps from the lane's utilisation; on the reference's "
-                   "first plan one arc (Mexico City to Dallas, RAG, tier 1, Q1 00:00, an H100 x2 colocated pool "
-                   "at 93 % of its decode rps) is predicted at 63.7 ms against a 60 ms ITL objective")
 def test_every_routed_arc_meets_its_itl_objective(reference_plan):
     plan, _ = reference_plan
     slo = plan.tables["slo"]
