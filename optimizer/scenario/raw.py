@@ -24,6 +24,7 @@ from optimizer.base.errors import (
 from optimizer.base.sources import LineDict, Row, read_csv, read_yaml
 from optimizer.scenario.calibration.files import calibration_data
 from optimizer.scenario.fleet import FleetRow
+from optimizer.scenario.kvcache import inline_reuse_file
 from optimizer.scenario.sections import DemandRow, MixRow
 from optimizer.scenario.tables import (
     DATA_DIR,
@@ -365,6 +366,9 @@ def load_raw(path: str | Path | None = None) -> RawScenario:
         for key in section:  # an error names the line of the field itself
             origins[(name, str(key))] = Origin(str(yaml_path), _key_line(section, key), f"section '{name}'")
         data[name] = plain(section)
+    if "reuse" in data["kv_cache"]:  # a kv_reuse.csv of `fleetplan demand`, recorded by content
+        data["kv_cache"] = inline_reuse_file(data["kv_cache"], yaml_path, data["workloads"],
+                                             origins[("kv_cache", "reuse")])
     graph = data["network"].get("graph")
     if isinstance(graph, str) and graph:
         # recorded absolute, so that a plan folder's scenario.json replans from anywhere

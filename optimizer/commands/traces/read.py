@@ -193,7 +193,7 @@ def _convert(batch: pa.RecordBatch, state: ReadState) -> Chunk:
         chunk.prefix_key = _ids(column(key), key, state, first)
     if "prefix_tokens" in cols:
         chunk.prefix_tokens = _tokens(column("prefix_tokens"), "prefix_tokens", state, first, minimum=0)
-        _within_prompt(chunk.prefix_tokens, prompt, "prefix", state, first)
+        _within_prompt(chunk.prefix_tokens, prompt, "prefix_tokens", state, first)
     _check_order(chunk, state)
     return chunk
 
@@ -202,7 +202,8 @@ def _within_prompt(tokens: np.ndarray, prompt: np.ndarray, what: str, state: Rea
     over = np.flatnonzero(tokens > prompt)
     if len(over):
         i = int(over[0])
-        raise ScenarioError(f"{tokens[i]:,} {what} tokens exceed the prompt's {prompt[i]:,} (expected 0 to the "
+        raise ScenarioError(f"{tokens[i]:,} {what.removesuffix('_tokens')} tokens exceed the prompt's {prompt[i]:,} "
+                            "(expected 0 to the "
                             "prompt's length)", state.origin(first + i), field=state.columns[what])
 
 
