@@ -87,6 +87,7 @@ class _Workload:
     last_ns: int | None = None
     latest_ns: int | None = None  # the latest arrival read so far (the recent keys' clock)
     by: set = field(default_factory=set)  # the id columns used: prefix_id, session_id
+    cached_from: set = field(default_factory=set)  # what a reuse's cached tokens were taken from
     files: dict = field(default_factory=dict)  # file name → rows
 
     def add_sums(self, frame: pd.DataFrame) -> None:
@@ -103,6 +104,7 @@ class ReuseStats:
 
     workload: str
     by: str
+    cached_from: str
     files: dict
     window_s: float
     rows: int
@@ -117,9 +119,9 @@ class ReuseStats:
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        return {k: getattr(self, k) for k in ("workload", "by", "files", "window_s", "rows", "requests", "reuses",
-                                              "corrected", "reuse_probability", "median_reuse_s", "reuse_sigma",
-                                              "reusable_prefix_share", "notes")}
+        return {k: getattr(self, k) for k in ("workload", "by", "cached_from", "files", "window_s", "rows", "requests",
+                                              "reuses", "corrected", "reuse_probability", "median_reuse_s",
+                                              "reuse_sigma", "reusable_prefix_share", "notes")}
 
     def kv_reuse_row(self) -> dict:
         """A row of kv_reuse.csv; an empty field keeps data/kv_reuse.csv's value."""
@@ -127,8 +129,8 @@ class ReuseStats:
                    if self.corrected else f"all {self.requests:,} requests (the log is too short to leave out its "
                    f"first {self.window_s:g} s: biased down)")
         files = "; ".join(f"{name} ({rows:,} rows)" for name, rows in self.files.items())
-        share = "Σ prefix tokens / Σ prompt tokens over the reuses" if self.reusable_prefix_share is not None else \
-            "not in the log (no prefix tokens): data/kv_reuse.csv's"
+        share = f"Σ cached tokens ({self.cached_from}) / Σ prompt tokens over the reuses" \
+            if self.reusable_prefix_share is not None else "not in the log (no prefix tokens): data/kv_reuse.csv's"
         source = (f"derived by fleetplan demand from {files} by {self.by}: {self.reuses:,} reuses within "
                   f"{self.window_s:g} s among {counted}; median_reuse_s and reuse_sigma from the moments of ln T "
                   f"over the reuses; reusable_prefix_share {share}")
@@ -187,8 +189,10 @@ class ReuseAccumulator:
         reuse = seen & (gap_ns <= self.window_ns)
         if prefix_tokens is not None:
             cached = prefix_tokens[order]
+            w.cached_from.add("prefix_tokens")
         elif by == "session_id":
             cached = np.minimum(prev_turn, prompt)
+            w.cached_from.add("the previous turn's prompt + output, at most this prompt")
         else:
             cached = None
         with_tokens = reuse & (cached is not None)
@@ -228,7 +232,7 @@ class ReuseAccumulator:
         else:
             notes.append(f"{h} reuses: T50 and σ need at least {MIN_FIT_REUSES} (kept from data/kv_reuse.csv)")
         share = float(s["cached_tokens"] / s["prompt_tokens"]) if s["reuses_with_tokens"] > 0 else None
-        return ReuseStats(name, "/".join(sorted(w.by)), dict(w.files), self.window_s, int(m["requests"].sum()), n, h,
+        return ReuseStats(name, "/".join(sorted(w.by)), "; ".join(sorted(w.cached_from)), dict(w.files), self.window_s, int(m["requests"].sum()), n, h,
                           corrected, w.last_ns, p, median, sigma if median is not None else None, share, notes)
 
 
