@@ -258,3 +258,14 @@ def test_prefix_tokens_without_an_id_column_are_refused(tmp_path):
     with pytest.raises(ScenarioError, match="needs a prefix_id or session_id") as info:
         derive([TraceSpec(path, workload="chat")])
     assert info.value.origin.line == 1 and info.value.field == "prefix_tokens"
+
+
+def test_rows_alike_but_for_their_prefix_are_two_requests(tmp_path):
+    path = tmp_path / "log.csv"
+    path.write_text(HEADER + GOOD + "2024-05-02 10:00:01.2345678,200,20,c,50\n")
+    (r,) = _reuse(path, 60)
+    assert r.rows == 3
+    path.write_text(HEADER + GOOD + "2024-05-02 10:00:01.2345678,200,20,b,50\n")
+    with pytest.raises(ScenarioError, match="repeats the one before it") as info:
+        _reuse(path, 60)
+    assert info.value.origin.line == 4

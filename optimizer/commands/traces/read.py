@@ -19,7 +19,7 @@ Two decisions:
   back: logs written at completion time or merged from several servers are rarely in exact
   arrival order, nothing derived depends on the order, and the replay sorts. Refusing would
   make a planner sort a large file for nothing.
-* A row identical to the one before it (timestamp, tokens and labels) is refused when the
+* A row identical to the one before it (timestamp, tokens, labels and prefix id) is refused when the
   log's timestamps carry digits below the millisecond: two requests cannot arrive in the
   same 100 ns with the same lengths by chance, so it is a request logged twice, which would
   count its moment double. At coarser resolution two such rows can be distinct requests, so
@@ -386,6 +386,8 @@ def _check_order(c: Chunk, state: ReadState) -> None:
     """Count rows earlier than their predecessor; refuse exact repeats (module docstring)."""
     cached = c.cached if c.cached is not None else np.zeros(len(c.t_ns), np.int64)
     cols = [c.t_ns, c.prompt, c.output, cached, c.metro, c.workload]
+    if c.prefix_key is not None:  # two requests with different prefixes are two requests
+        cols.append(c.prefix_key)
     if state._last is not None:
         cols = [np.concatenate(([prev], x)) for prev, x in zip(state._last, cols)]
     offset = 0 if state._last is None else 1  # index of the chunk's first row in cols
