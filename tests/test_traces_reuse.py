@@ -192,7 +192,13 @@ def test_without_id_columns_nothing_changes_and_with_them_kv_reuse_is_added(tmp_
     # 97 sessions, one turn a second: every key recurs after 97 s, within the 120-s window
     (row,) = table.to_dict("records")
     assert row["reuse_probability"] == 1.0 and row["median_reuse_s"] == pytest.approx(97, rel=1e-6)
+    assert row["reuse_sigma"] == 0.01  # all 97 s apart: σ 0, given as the least the scenario takes
     assert "kv_cache:\n  reuse: kv_reuse.csv" in (b / "scenario.yaml").read_text()
+    scenario = tmp_path / "s.yaml"  # the folder's file, as a scenario takes it
+    scenario.write_text("name: t\nkv_cache: {reuse: b/kv_reuse.csv}\n")
+    s, _ = load_scenario(scenario)
+    chat = resolved_reuse(s.kv_cache, s.workloads)["chat"]
+    assert (chat.reuse_probability, chat.reuse_sigma) == (1.0, 0.01) and chat.median_reuse_s == pytest.approx(97)
 
 
 def test_the_scenario_reads_kv_reuse_under_its_own_fields(write_scenario, tmp_path):

@@ -42,6 +42,7 @@ from optimizer.commands.traces.read import NS, Chunk, ReadState
 REUSE_WINDOW_S = 3600.0
 MIN_GAP_S = 1e-3
 MIN_FIT_REUSES = 10
+MIN_SIGMA = 0.01  # kv_reuse.csv's σ must be > 0: reuse times all alike get this one
 MINUTE_NS = 60 * NS
 MERGE_ROWS = 200_000
 SUMS = ("requests", "reuses", "ln_t", "ln_t_squared", "cached_tokens", "prompt_tokens", "reuses_with_tokens")
@@ -60,9 +61,9 @@ class _RecentKeys:
 
     def previous(self, key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(found, last use, that turn's tokens) of each key (sorted)."""
-        pos = np.minimum(np.searchsorted(self.key, key), max(len(self.key) - 1, 0))
         if not len(self.key):
             return np.zeros(len(key), bool), np.zeros(len(key), np.int64), np.zeros(len(key), np.int64)
+        pos = np.minimum(np.searchsorted(self.key, key), len(self.key) - 1)
         return self.key[pos] == key, self.t_ns[pos], self.turn_tokens[pos]
 
     def update(self, key: np.ndarray, t_ns: np.ndarray, turn_tokens: np.ndarray, oldest_ns: int) -> None:
@@ -85,7 +86,6 @@ class _Workload:
     minute_rows: int = 0
     first_ns: int | None = None
     last_ns: int | None = None
-    latest_ns: int | None = None  # the latest arrival read so far (the recent keys' clock)
     by: set = field(default_factory=set)  # the id columns used: prefix_id, session_id
     cached_from: set = field(default_factory=set)  # what a reuse's cached tokens were taken from
     files: dict = field(default_factory=dict)  # file name → rows
@@ -177,7 +177,6 @@ class ReuseAccumulator:
         lo, hi = int(t.min()), int(t.max())
         w.first_ns = lo if w.first_ns is None else min(w.first_ns, lo)
         w.last_ns = hi if w.last_ns is None else max(w.last_ns, hi)
-        w.latest_ns = w.last_ns
         order = np.argsort(key, kind="stable")
         k, t, prompt = key[order], t[order], prompt[order]
         turn = (prompt + output[order])
@@ -204,7 +203,7 @@ class ReuseAccumulator:
         w.add_sums(sums.groupby(level=0).sum())
         last = np.ones(len(k), bool)
         last[:-1] = k[1:] != k[:-1]
-        w.keys.update(k[last], t[last], turn[last], w.latest_ns - self.window_ns)
+        w.keys.update(k[last], t[last], turn[last], w.last_ns - self.window_ns)  # the latest arrival read: the clock
 
     def results(self) -> list[ReuseStats]:
         return [self._stats(name, self.workloads[name]) for name in sorted(self.workloads)]
@@ -225,7 +224,10 @@ class ReuseAccumulator:
             mu = s["ln_t"] / h
             sigma = math.sqrt(max(s["ln_t_squared"] - h * mu * mu, 0.0) / (h - 1))
             median = math.exp(mu)
-            below = float(ndtr((math.log(self.window_s) - mu) / sigma)) if sigma > 0 else 1.0
+            if sigma < MIN_SIGMA:
+                notes.append(f"the reuse times are all alike (σ {sigma:.2g}): σ is given as {MIN_SIGMA}")
+                sigma = MIN_SIGMA
+            below = float(ndtr((math.log(self.window_s) - mu) / sigma))
             if below < 0.99:
                 notes.append(f"the window keeps {100 * below:.0f} % of the fitted reuse times, so T50 and σ read low; "
                              "a longer --reuse-window cuts fewer")
