@@ -22,11 +22,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from optimizer.base.sources import shipped_data_dir
 
 SHIPPED_FILE = shipped_data_dir() / "serving_calibration.csv"
+# an engine release as engines number them: 1.3.0rc23, 0.5.16, 0.27.0, 25.04-trtllm
+VERSION_PATTERN = r"^[0-9]+(\.[0-9]+){1,3}([A-Za-z0-9.+-]*[A-Za-z0-9])?$"
 KINDS = ("prefill", "decode", "e2e")
 
 # name → (lower bound, upper bound, value where nothing is known) — the bounds a fit keeps
@@ -68,7 +70,9 @@ def _parameter(name: str):
 
 
 class ParameterSet(BaseModel):
-    """One accelerator (× engine × weight dtype) worth of physical parameters.
+    """One accelerator (× engine × weight dtype) worth of physical parameters, with the engine
+    release they were fitted to (``engine_version``; empty where no one release stands behind
+    them) — engine releases move a part's figures by tens of percent.
 
     prefill_mfu            η_max: compute efficiency of a large prefill pass
     prefill_half_tokens    s½: tokens in a pass at which prefill reaches η_max / 2,
@@ -94,6 +98,9 @@ class ParameterSet(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     accelerator: str = "*"
     engine: str = "*"
+    engine_version: str | None = Field(
+        None, pattern=VERSION_PATTERN, description="the engine release the parameters were fitted to, e.g. 1.3.0rc23 "
+                                                   "(only with a named engine)")
     dtype: str = "*"
     prefill_mfu: float = _parameter("prefill_mfu")
     prefill_half_tokens: float = _parameter("prefill_half_tokens")
@@ -118,6 +125,13 @@ class ParameterSet(BaseModel):
                                  description="the parameters kept at their starting values, and why")
     provenance: dict[str, str] = Field(default_factory=dict,
                                        description="where its rows' weight_dtype, kv_dtype, engine and version came from")
+
+    @model_validator(mode="after")
+    def _version_of_an_engine(self):
+        if self.engine_version is not None and self.engine == "*":
+            raise ValueError(f"engine_version {self.engine_version!r} names a release of no engine: the row's "
+                             "engine is '*'; name the engine, or leave engine_version empty")
+        return self
 
     def values(self) -> dict[str, float]:
         return {name: getattr(self, name) for name in PARAMETERS}
@@ -173,6 +187,10 @@ class Calibration(BaseModel):
             if ranked:
                 return min(ranked, key=lambda x: (x[0], x[1]))[2]
         return ParameterSet()
+
+    def fitted_at(self, accelerator: str, dtype: str) -> bool:
+        """Whether some entry was fitted to ``accelerator`` at exactly ``dtype`` (no "*")."""
+        return any(e.accelerator == accelerator and e.dtype == dtype for e in self.entries)
 
 
 def _cell(value: str):
