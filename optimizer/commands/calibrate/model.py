@@ -95,6 +95,7 @@ def predict_ms(table: pd.DataFrame, serving: Serving, catalogue: Catalogue | Non
     """Predicted latency (ms) of every row under ``serving`` (NaN where the model's weights
     do not fit the replica as the planner sizes it)."""
     catalogue = catalogue or shipped_catalogue()
+    table = table.assign(ep=table["ep"].fillna(1.0) if "ep" in table else 1.0)  # (a table not read by read_table)
     out = np.full(len(table), np.nan)
     positions = np.arange(len(table))
     for key, rows in table.groupby(GROUP, sort=False):

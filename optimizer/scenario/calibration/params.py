@@ -22,7 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from optimizer.base.sources import shipped_data_dir
 
@@ -99,8 +99,7 @@ class ParameterSet(BaseModel):
     accelerator: str = "*"
     engine: str = "*"
     engine_version: str | None = Field(
-        None, pattern=VERSION_PATTERN, description="the engine release the parameters were fitted to, e.g. 1.3.0rc23 "
-                                                   "(only with a named engine)")
+        None, pattern=VERSION_PATTERN, description="the engine release the parameters were fitted to, e.g. 1.3.0rc23")
     dtype: str = "*"
     prefill_mfu: float = _parameter("prefill_mfu")
     prefill_half_tokens: float = _parameter("prefill_half_tokens")
@@ -125,13 +124,6 @@ class ParameterSet(BaseModel):
                                  description="the parameters kept at their starting values, and why")
     provenance: dict[str, str] = Field(default_factory=dict,
                                        description="where its rows' weight_dtype, kv_dtype, engine and version came from")
-
-    @model_validator(mode="after")
-    def _version_of_an_engine(self):
-        if self.engine_version is not None and self.engine == "*":
-            raise ValueError(f"engine_version {self.engine_version!r} names a release of no engine: the row's "
-                             "engine is '*'; name the engine, or leave engine_version empty")
-        return self
 
     def values(self) -> dict[str, float]:
         return {name: getattr(self, name) for name in PARAMETERS}
