@@ -28,7 +28,7 @@ weight_dtype       yes       ``bf16`` | ``fp8`` | ``nvfp4`` | ``mxfp4`` | ``int4
                              efficiencies)
 kv_dtype           no        ``bf16`` | ``fp8`` | ``nvfp4``; default: the weight dtype
 ep, pp             no        expert / pipeline parallel degree (default 1); prefill and decode
-                             rows with ep > 1 (and tp 1): an expert-parallel replica of ep GPUs
+                             rows with ep > 1: an expert-parallel replica of tp × ep GPUs
                              with attention data-parallel, ``batch`` the replica's sequences
 gpus               no        e2e: GPUs the throughput was measured on, a whole number of
                              replicas of tp × pp GPUs (default: one replica)
