@@ -140,10 +140,13 @@ def kv_bytes_per_token(w: Workload, m: Model, kv_dtype: str | None = None) -> fl
     return memory.kv_bytes_per_token(shape, beta)
 
 
-def calibration_dtype(a: Accelerator, weight_dtype: str) -> str:
-    """The calibration rows (fitted at bf16 and fp8) a precision runs with: a format the part
-    computes in natively below 16 bits takes the fp8 rows, a weight-only (dequantised) one the
-    bf16 rows."""
+def calibration_dtype(a: Accelerator, weight_dtype: str, s: Serving | None = None) -> str:
+    """The calibration rows a precision runs with: the rows fitted at that precision on the
+    part where the calibration has them (e.g. B200 nvfp4); else the bf16 or fp8 rows — a
+    format the part computes in natively below 16 bits takes the fp8 rows, a weight-only
+    (dequantised) one the bf16 rows."""
+    if weight_dtype not in ("bf16", "fp8") and s is not None and s.calibration.fitted_at(a.id, weight_dtype):
+        return weight_dtype
     if weight_dtype == "bf16" or not runs_natively(weight_dtype, a.fp4_dense_tflops):
         return "bf16"
     return "fp8"
@@ -169,7 +172,7 @@ def make_replica(m: Model, a: Accelerator, s: Serving, gpus: int, weight_dtype: 
     if hw is None or kv_dtype not in a.kv_precisions():
         return None
     return Replica(
-        model_shape(m), hw, efficiency(s, a.id, calibration_dtype(a, weight_dtype)), gpus,
+        model_shape(m), hw, efficiency(s, a.id, calibration_dtype(a, weight_dtype, s)), gpus,
         weight_bytes_per_param=bytes_per_value(weight_dtype),
         kv_bytes_per_value=bytes_per_value(kv_dtype), precision=(weight_dtype, kv_dtype),
         attention_dp=bool(expert_parallel),
