@@ -153,3 +153,38 @@ def test_the_plan_reports_cache_and_prefill_dollars_per_tier():
         assert w["hit_rate"] == pytest.approx(sum(b["hit_rate"] for b in w["tiers"].values()))
     assert kv["total_cost_with_cache_usd"] == pytest.approx(plan.summary["total_cost_usd"] + kv["cache_usd"])
     assert "kv_cache" not in make_plan(TINY, exact=True, time_limit_s=60).summary
+
+
+def test_a_hit_reads_from_a_tier_drawn_by_its_share_of_the_hits():
+    from optimizer.commands.verify.group import tier_reads_ms
+
+    hit = np.arange(200_000) % 2 == 0
+    reads = tier_reads_ms((np.array([0.25, 0.75]), np.array([2.0, 10.0])), hit, np.random.default_rng(3))
+    assert (reads[~hit] == 0).all()
+    assert np.mean(reads[hit] == 2.0) == pytest.approx(0.25, abs=0.005)
+    assert set(np.unique(reads[hit])) == {2.0, 10.0}
+
+
+def test_verify_serves_the_tiers_as_planned(tmp_path):
+    """The simulation runs with each workload's sized hit rate and prefix, keeps its own
+    objective, and adds the read of the tier a hit comes from; the prediction beside it adds
+    the slowest read, as the plan budgeted."""
+    from optimizer.commands.verify import load_model, served_scenario, verify_plan
+    from optimizer.folder.read import read_plan
+    from optimizer.folder.write import write_plan
+
+    folder = write_plan(make_plan(TINY, ["kv_cache.tiers=[dram, nvme]"], exact=True, time_limit_s=60), tmp_path / "p")
+    plan = read_plan(folder)
+    kv = plan.summary["kv_cache"]["workloads"]
+    s, reads = served_scenario(plan, folder)
+    own = load_scenario(TINY)[0]
+    for k, w in kv.items():
+        assert s.workloads[k].prompt_cache_hit_rate == pytest.approx(w["hit_rate"])
+        assert s.workloads[k].ttft_p99_ms == own.workloads[k].ttft_p99_ms
+        shares, read_ms = reads[k]
+        assert shares.sum() == pytest.approx(1.0) and read_ms.max() == pytest.approx(w["ttft_added_ms"])
+    assert set(load_model(folder).reads) == set(reads)  # what each worker process simulates
+    result = verify_plan(folder, requests=4000, seed=0)
+    rows = result.tables["by_pool"]
+    assert (rows["ttft_p99_ms_objective"] == [own.workloads[k].ttft_p99_ms for k in rows["workload"]]).all()
+    assert result.summary["all_objectives_met"]

@@ -144,13 +144,24 @@ def size_kv_cache(s: Scenario) -> dict[str, WorkloadCache] | None:
     return out
 
 
-def with_kv_cache(s: Scenario, sized: dict[str, WorkloadCache] | None) -> Scenario:
+def with_kv_cache(s: Scenario, sized: dict[str, WorkloadCache] | None, objectives_less_reads: bool = True) -> Scenario:
     """The scenario the plan runs: each workload's hit rate, prefix and p99 TTFT as its tiers
-    give them (itself without tiers)."""
+    give them (itself without tiers). ``objectives_less_reads`` off keeps the objectives: the
+    scenario a simulation serves, which adds each hit's read to its TTFT (`read_law`)."""
     if sized is None:
         return s
     workloads = {k: w.model_copy(update={"prompt_cache_hit_rate": sized[k].hit_rate,
                                          "shared_prefix_tokens": sized[k].cached_tokens if sized[k].hit_rate else 0.0,
-                                         "ttft_p99_ms": w.ttft_p99_ms - sized[k].ttft_added_ms})
+                                         "ttft_p99_ms": w.ttft_p99_ms - (sized[k].ttft_added_ms
+                                                                         if objectives_less_reads else 0.0)})
                  for k, w in s.workloads.items()}
     return s.model_copy(update={"workloads": workloads})
+
+
+def read_law(sized: dict[str, WorkloadCache] | None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per workload with hits: (the share of its hits each tier serves, that tier's read in ms)."""
+    out = {}
+    for k, c in (sized or {}).items():
+        if c.hit_rate > 0:
+            out[k] = (np.asarray(c.hit_share, dtype=float) / c.hit_rate, np.asarray(c.read_ms, dtype=float))
+    return out

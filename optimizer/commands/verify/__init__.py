@@ -95,6 +95,7 @@ from optimizer.commands.verify.tables import (
     verified_token_billing,
 )
 from optimizer.folder.read import read_plan, scenario_of
+from optimizer.instance.kvcache import read_law, size_kv_cache, with_kv_cache
 
 __all__ = ["verify_plan", "write_verify", "record_verification", "VerifyResult", "Options", "fifo_pool", "simulate_pool", "PoolSpec",
            "StepModel", "ConstantSteps", "InvariantError", "ENGINE"]
@@ -135,13 +136,23 @@ class VerifyResult:
 _WORKER: dict = {}
 
 
-def _load_model(plan_dir, exact_steps=False) -> PlanModel:
+def served_scenario(plan, plan_dir):
+    """(the scenario as the plan serves it, the tiers' reads): with KV-cache tiers each
+    workload's sized hit rate and prefix with its own objectives — a hit's read is added to
+    its simulated TTFT — else the plan's scenario and no reads."""
+    s = scenario_of(plan, plan_dir)
+    sized = size_kv_cache(s)
+    return with_kv_cache(s, sized, objectives_less_reads=False), read_law(sized)
+
+
+def load_model(plan_dir, exact_steps=False) -> PlanModel:
     plan = read_plan(plan_dir)
-    return PlanModel(scenario_of(plan, plan_dir), plan.tables["curves"], exact_steps)
+    s, reads = served_scenario(plan, plan_dir)
+    return PlanModel(s, plan.tables["curves"], exact_steps, reads)
 
 
 def _worker_init(plan_dir, exact_steps, arrivals):
-    _WORKER["model"] = _load_model(plan_dir, exact_steps)
+    _WORKER["model"] = load_model(plan_dir, exact_steps)
     _WORKER["arrivals"] = arrivals
 
 
@@ -174,7 +185,7 @@ def verify_plan(plan_dir, slices="peak", requests=20000, seed=0, progress=None, 
     if prefill_batch_tokens is not None:
         opt.prefill_batch_tokens = int(prefill_batch_tokens)
     plan = read_plan(plan_dir)
-    s = scenario_of(plan, plan_dir)
+    s, reads = served_scenario(plan, plan_dir)
     groups = plan_groups(plan.tables, slices, state, s.serving.tier_rtt_ms)
     arrivals.prepare(groups)
     jobs = [(g, int(requests), int(seed), opt) for g in groups]
@@ -182,13 +193,13 @@ def verify_plan(plan_dir, slices="peak", requests=20000, seed=0, progress=None, 
         workers = 1 if len(groups) * requests < 200_000 else min(os.cpu_count() or 1, len(groups))
     results: list = [None] * len(groups)
     if workers <= 1 or len(groups) <= 1:
-        model = PlanModel(s, plan.tables["curves"], opt.exact_steps)
+        model = PlanModel(s, plan.tables["curves"], opt.exact_steps, reads)
         for i, (g, n, sd, o) in enumerate(jobs):
             t1 = time.perf_counter()
             results[i] = simulate_group(model, g, n, sd, o, arrivals)
             _report(say, i + 1, len(groups), g, results[i], _timed(results[i], time.perf_counter() - t1))
     else:
-        model = PlanModel(s, plan.tables["curves"])
+        model = PlanModel(s, plan.tables["curves"], reads=reads)
         order = sorted(range(len(groups)), key=lambda i: -_expected_work(model, groups[i], requests, opt))
         with ProcessPoolExecutor(workers, initializer=_worker_init,
                                  initargs=(str(plan_dir), opt.exact_steps, arrivals)) as ex:
@@ -198,7 +209,7 @@ def verify_plan(plan_dir, slices="peak", requests=20000, seed=0, progress=None, 
                 results[i], secs = f.result()
                 _report(say, n + 1, len(groups), groups[i], results[i], _timed(results[i], secs))
     done = [r for r in results if r is not None]
-    predicted = predictions(s, plan.tables, done)
+    predicted = predictions(s, plan.tables, done, {k: float(r.max(initial=0.0)) for k, (_, r) in reads.items()})
     tables = {"by_pool": by_pool(s, predicted, done), "by_metro": by_metro(s, predicted, done)}
     summary = measured_summary(s, tables, done, seed, time.perf_counter() - t0, opt, groups)
     summary["arrivals"] = arrivals.name

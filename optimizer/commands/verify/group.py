@@ -111,11 +111,14 @@ class GroupResult:
 
 
 class PlanModel:
-    """The physics of a plan: replicas rebuilt from the scenario for each config in curves.csv."""
+    """The physics of a plan: replicas rebuilt from the scenario for each config in curves.csv;
+    ``reads``: per workload served from KV-cache tiers, the share of its hits each tier serves
+    and the tier's read in ms (`optimizer.instance.kvcache.read_law`)."""
 
-    def __init__(self, scenario, curves, exact_steps: bool = False):
+    def __init__(self, scenario, curves, exact_steps: bool = False, reads: dict | None = None):
         self.s = scenario
         self.exact_steps = exact_steps
+        self.reads = reads or {}
         self.curves = {row["id"]: row for row in curves.to_dict("records")}
         self._cache: dict = {}
 
@@ -168,6 +171,14 @@ class PlanModel:
 
 def _truthy(x) -> bool:
     return str(x).strip().lower() in ("true", "1", "1.0", "yes")
+
+
+def tier_reads_ms(law: tuple[np.ndarray, np.ndarray], hit: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Each request's read of its cached prefix: 0 on a miss, on a hit the read of a tier
+    drawn by the shares of hits the tiers serve."""
+    shares, read_ms = law
+    tier = rng.choice(len(shares), len(hit), p=shares)
+    return np.where(hit, read_ms[tier], 0.0)
 
 
 def group_seed(seed: int, group: Group) -> np.random.SeedSequence:
@@ -250,6 +261,9 @@ def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Op
 
     rtt = np.array([r.rtt_ms for r in routes])[drawn.route]
     ttft = rtt + s.serving.fixed_overhead_ms + (sim.first_time - drawn.t) * MS_PER_S
+    if w.id in model.reads:  # a hit reads its prefix from the tier that holds it (its own stream)
+        ttft = ttft + tier_reads_ms(model.reads[w.id], drawn.cached > 0,
+                                    np.random.default_rng(group_seed(seed, g).spawn(7)[6]))
     c = drawn.counted
     metros = np.array([r.metro for r in routes], dtype=object)[drawn.route]
     return GroupResult(g, len(drawn.t), metros[c], ttft[c], drawn.osl[c], drawn.osl[c] - 1, sim.ok_gaps[c], sim.hist,
