@@ -155,18 +155,18 @@ def tail_rate_per_s(rate_per_s, arrival_rate, servers, queue_service_s, service_
     with a wait's first two moments given it waits (module docstring, "A heavy tail").
     ``queue_service_s`` is the service time per prompt while prompts queue (S̄, or S(m_q)/m_q
     when batching); ``service_third_ratio`` r₃ = 0 (not known) keeps θ."""
-    theta = np.asarray(rate_per_s, dtype=float)
-    lam, n, sq, third, q = (np.asarray(x, dtype=float) for x in
-                            (arrival_rate, servers, queue_service_s, service_third_ratio, quantile))
-    rho = lam * sq / n
-    known = (theta > 0) & (third > 0) & (rho < 1.0)
+    theta, lam, n, sq, third, q = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (
+        rate_per_s, arrival_rate, servers, queue_service_s, service_third_ratio, quantile)))
+    out = theta.copy()
     with np.errstate(divide="ignore", invalid="ignore"):
+        rho = lam * sq / n
         m1 = 1.0 / theta
         cv2 = 2.0 * rho - 1.0 + third * sq * sq / (3.0 * n * n * (1.0 - rho) * m1 * m1)
-        shape = np.clip(1.0 / np.where(known, cv2, 1.0), 1e-3, 1.0)
-        t = m1 / shape * gammainccinv(shape, 1.0 - q)
-        heavy = -np.log(1.0 - q) / t
-    return np.where(known & (shape < 1.0), heavy, theta)
+    heavy = (theta > 0) & (third > 0) & (rho < 1.0) & (cv2 > 1.0)  # else the exponential (shape 1)
+    shape = np.maximum(1.0 / cv2[heavy], 1e-3)
+    tail = 1.0 - q[heavy]
+    out[heavy] = -np.log(tail) * shape / (m1[heavy] * gammainccinv(shape, tail))
+    return out
 
 
 def wait_law(arrival_rate, servers, mean_service_s, service_scv, full_prompts=1.0, full_pass_s=None,
