@@ -140,12 +140,11 @@ def full_pass(new_tokens, probability, budget_tokens: float) -> tuple[float, flo
 
 @lru_cache(maxsize=256)
 def _packing(lengths: LengthDistribution, hit_rate: float, cached_on_hit: float, budget_tokens: int):
-    """(k_B, T_B, mean cached tokens per prompt, the prompt law as (lengths, cached,
-    probabilities)) of a workload's prompts (no replica in it)."""
+    """(k_B, T_B, mean cached tokens per prompt, the prompt law `new_token_law`) of a
+    workload's prompts (no replica in it)."""
     new, prob, cached = new_token_law(lengths, hit_rate, cached_on_hit)
     prompts, tokens = full_pass(new, prob, budget_tokens)
-    weight = prob / prob.sum()
-    return prompts, tokens, float(np.dot(weight, cached)), (new + cached, cached, weight)
+    return prompts, tokens, float(np.dot(prob / prob.sum(), cached)), (new, prob, cached)
 
 
 def full_pass_s(replica: Replica, lengths: LengthDistribution, hit_rate: float, cached_on_hit: float,
@@ -155,9 +154,8 @@ def full_pass_s(replica: Replica, lengths: LengthDistribution, hit_rate: float, 
     k_B·E[attention(s, c)] over the prompt law. Each prompt rides in one pass, so by
     renewal–reward a pass carries on average k_B prompts' worth of every per-prompt term;
     attention grows with s², so timing a pass at the mean length would miss E[s²] − E[s]²."""
-    prompts, tokens, _, (lengths_of, cached_of, weight) = _packing(lengths, hit_rate, cached_on_hit,
-                                                                   int(budget_tokens))
-    attention = prompts * float(np.dot(weight, attention_flops(replica.model, lengths_of, cached_of)))
+    prompts, tokens, _, (new, prob, cached) = _packing(lengths, hit_rate, cached_on_hit, int(budget_tokens))
+    attention = prompts * float(np.dot(prob / prob.sum(), attention_flops(replica.model, new + cached, cached)))
     return prompts, pass_of_s(replica, tokens, attention)
 
 
@@ -167,11 +165,10 @@ def p99_pass_s(replica: Replica, lengths: LengthDistribution, hit_rate: float, c
     beside it, or alone when it alone fills it — max(alone, that pass). The first prompt of a
     batch waits for the others' tokens; this is that wait, at its worst."""
     alone = float(prefill_time_s(replica, p99_tokens, p99_cached))
-    cached = _packing(lengths, hit_rate, cached_on_hit, int(budget_tokens))[2]
+    _, _, cached, (new, prob, _) = _packing(lengths, hit_rate, cached_on_hit, int(budget_tokens))
     room = budget_tokens - (p99_tokens - p99_cached)
     if room <= 0:
         return alone
-    new, prob, _ = new_token_law(lengths, hit_rate, cached_on_hit)
     mean_new = float(np.dot(prob, new) / prob.sum())
     others = room / mean_new  # prompts of the mean new tokens that fill the rest of the budget
     share = others - np.floor(others)

@@ -159,9 +159,11 @@ def with_kv_cache(s: Scenario, sized: dict[str, WorkloadCache] | None, objective
 
 
 def read_law(sized: dict[str, WorkloadCache] | None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per workload with hits: (the share of its hits each tier serves, that tier's read in ms)."""
+    """Per workload with hits: (the share of its hits each tier that serves some serves, that
+    tier's read in ms) — so the slowest read is the plan's `WorkloadCache.ttft_added_ms`."""
     out = {}
     for k, c in (sized or {}).items():
-        if c.hit_rate > 0:
-            out[k] = (np.asarray(c.hit_share, dtype=float) / c.hit_rate, np.asarray(c.read_ms, dtype=float))
+        share, read_ms = np.asarray(c.hit_share, dtype=float), np.asarray(c.read_ms, dtype=float)
+        if (share > 0).any():
+            out[k] = (share[share > 0] / c.hit_rate, read_ms[share > 0])
     return out

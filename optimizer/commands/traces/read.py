@@ -203,8 +203,7 @@ def _within_prompt(tokens: np.ndarray, prompt: np.ndarray, what: str, state: Rea
     if len(over):
         i = int(over[0])
         raise ScenarioError(f"{tokens[i]:,} {what.removesuffix('_tokens')} tokens exceed the prompt's {prompt[i]:,} "
-                            "(expected 0 to the "
-                            "prompt's length)", state.origin(first + i), field=state.columns[what])
+                            "(expected 0 to the prompt's length)", state.origin(first + i), field=state.columns[what])
 
 
 def _timestamps(a, state: ReadState, first: int) -> np.ndarray:

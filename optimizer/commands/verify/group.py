@@ -249,8 +249,8 @@ def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Op
     steady = _steady_states(model, w, entry, decode, flows.pool_rate)
     fill = max((sec for _, sec in steady.values()), default=0.0)
 
-    streams = [np.random.default_rng(x) for x in group_seed(seed, g).spawn(6)]
-    rng_arr, rng_len, rng_route, rng_spec_seed, rng_pool, rng_warm = streams
+    streams = [np.random.default_rng(x) for x in group_seed(seed, g).spawn(7)]
+    rng_arr, rng_len, rng_route, rng_spec_seed, rng_pool, rng_warm, rng_read = streams
     drawn = arrivals.draw(DrawInputs(g, w, routes, rates, requests, fill, opt, isl_dist, osl_dist, rng_arr, rng_route,
                                      rng_len))
     pool_of = _entry_pools(flows, drawn.route, rng_pool)
@@ -262,8 +262,7 @@ def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Op
     rtt = np.array([r.rtt_ms for r in routes])[drawn.route]
     ttft = rtt + s.serving.fixed_overhead_ms + (sim.first_time - drawn.t) * MS_PER_S
     if w.id in model.reads:  # a hit reads its prefix from the tier that holds it (its own stream)
-        ttft = ttft + tier_reads_ms(model.reads[w.id], drawn.cached > 0,
-                                    np.random.default_rng(group_seed(seed, g).spawn(7)[6]))
+        ttft = ttft + tier_reads_ms(model.reads[w.id], drawn.cached > 0, rng_read)
     c = drawn.counted
     metros = np.array([r.metro for r in routes], dtype=object)[drawn.route]
     return GroupResult(g, len(drawn.t), metros[c], ttft[c], drawn.osl[c], drawn.osl[c] - 1, sim.ok_gaps[c], sim.hist,
