@@ -218,6 +218,7 @@ def test_the_scenario_reads_kv_reuse_under_its_own_fields(write_scenario, tmp_pa
     ("chat,0.5,0.5,10,x", 2, "reuse_sigma", "valid number"),
     ("chatt,0.5,0.5,10,1", 2, "workload", "did you mean chat"),
     ("chat,0.5,0.5,10,1\nchat,0.5,0.5,10,1", 3, "workload", "a second row"),
+    ("", 2, "workload", "no workload rows"),
 ])
 def test_a_bad_kv_reuse_file_is_refused_by_file_line_and_field(write_scenario, row, line, field, words):
     header = "workload,reuse_probability,reusable_prefix_share,median_reuse_s,reuse_sigma\n"
@@ -232,6 +233,10 @@ def test_a_bad_kv_reuse_file_is_refused_by_file_line_and_field(write_scenario, r
 def test_a_missing_kv_reuse_file_names_the_scenario_field(write_scenario):
     path = write_scenario({"name": "t", "kv_cache": {"reuse": "none.csv"}})
     with pytest.raises(ScenarioError, match="no such file") as info:
+        load_scenario(path)
+    assert info.value.field == "kv_cache.reuse"
+    path = write_scenario({"name": "t", "kv_cache": {"reuse": "."}})
+    with pytest.raises(ScenarioError, match="a folder") as info:
         load_scenario(path)
     assert info.value.field == "kv_cache.reuse"
 

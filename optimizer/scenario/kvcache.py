@@ -152,10 +152,14 @@ def inline_reuse_file(section: dict, yaml_path: Path, workloads, origin: Origin)
                             field="kv_cache.reuse")
     path = yaml_path.parent / name
     if not path.is_file():
-        raise ScenarioError(f"no such file: {path} (expected a kv_reuse.csv, e.g. one written by fleetplan demand)",
-                            origin, field="kv_cache.reuse")
+        what = "a folder" if path.is_dir() else "not a regular file" if path.exists() else "no such file"
+        raise ScenarioError(f"{what}: {path} (expected a kv_reuse.csv, e.g. one written by fleetplan demand)", origin,
+                            field="kv_cache.reuse")
     fields = list(ReuseSpec.model_fields)
     table = read_csv(path, ["workload"], [*fields, "source", "as_of", "assumed_fields"])
+    if not table.rows:
+        raise ScenarioError("the file has a header and no workload rows (a truncated file?); expected one row per "
+                            "workload", Origin(str(path), 2), field="workload")
     rows: dict[str, dict] = {}
     for row in table.rows:
         workload = row.values.get("workload")
