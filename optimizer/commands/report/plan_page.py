@@ -102,8 +102,9 @@ def render(plan_dir: str | Path) -> str:
                             lambda: appendix_html(folder), "Appendix"))
     overrides = ", ".join(map(str, s.get("overrides") or []))
     versions = s.get("versions") if isinstance(s.get("versions"), dict) else {}
-    subtitle = (f"Annual plan of scenario <b>{esc(s['scenario'])}</b> (sha256 {esc(str(s['scenario_sha256'])[:12])}…"
-                + (f"; overrides {esc(overrides)}" if overrides else "") + ")"
+    sha = s.get("scenario_sha256")  # optional (folder/read.py SUMMARY_OPTIONAL): a hand-edited summary may lack it
+    about = "; ".join(([f"sha256 {esc(sha[:12])}…"] if sha else []) + ([f"overrides {esc(overrides)}"] if overrides else []))
+    subtitle = (f"Annual plan of scenario <b>{esc(s['scenario'])}</b>" + (f" ({about})" if about else "")
                 + f", fleetplan {esc(versions.get('fleetplan', ''))}")
     return page(f"fleetplan — {s['scenario']}", subtitle, sections)
 
