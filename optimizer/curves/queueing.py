@@ -24,6 +24,22 @@ each job needs a service time S with mean S̄ and squared coefficient of variati
   utilisation is capped). A constant stage x and no batching give the largest λ whose p99
   wait fits b − x.
 
+One hour's p99 (`cluster_factor`, `window_share`; opt-in, `serving.slo_hours_met`): the
+share above is a long-run share; a window of N = λ·T requests (an hour, as `verify` judges
+one) has its own. Long waits come in clusters — a long prompt holds every prompt behind it
+— so the window's share F over a high level has Var F ≈ κ·p(1 − p)/N with κ far above 1. A
+cluster starts when a wait crosses the level; it overshoots by V, exponential at the tail's
+rate θ' (memoryless), and the waits then drift back by δ = 1/λ − S_q/n per request with
+variance σ² = c_s²·S̄²/n² + 1/λ² (one server n times as fast; S_q the per-prompt service
+while prompts queue). The requests until it falls back, X, have E[X | V] = V/δ and
+Var(X | V) = V·σ²/δ³ (a random walk's first passage), so E[X] = 1/(θ'δ),
+E[X²] = 2/(θ'δ)² + σ²/(θ'δ³), and clusters arriving as a Poisson stream give
+κ = E[X²]/E[X] = 2/(θ'·δ) + σ²/δ². A pool then meets the objective in a share c of windows
+(z the standard normal quantile of c) when its long-run share p* satisfies
+p* + z·√(p*·κ/N) ≤ 1 − q. Against 40 simulated hours of a DeepSeek-R1 prefill pool
+(`benchmarks/hourly_p99_spread.py`, 1–4 replicas, 50–80 % busy) κ reads 0.57–1.38 × the measured
+variance ratio (12–123; itself ±22 % from 40 hours).
+
 f(n) is increasing and **convex** in n for a fixed budget while the utilisation cap does not
 bind: per-replica capacity f(n)/n grows with the pool (pooling gains). Where the cap starts to
 bind, f = ρ_max·n/S̄ grows more slowly than the increment just below it (f is the minimum of a
@@ -203,15 +219,42 @@ def wait_quantile_s(arrival_rate, servers, mean_service_s, service_scv, quantile
                     batch, service_third_ratio, quantile).quantile_s(quantile)
 
 
+def cluster_factor(tail_rate_per_s, arrival_rate, servers, queue_service_s, mean_service_s, service_scv):
+    """κ = 2/(θ'·δ) + σ²/δ²: how many times the binomial variance the share of requests over
+    a high wait level has in a window (module docstring, "One hour's p99"); δ = 1/λ − S_q/n,
+    σ² = c_s²·S̄²/n² + 1/λ². inf at or beyond saturation."""
+    theta, lam, n, sq, s, scv = (np.asarray(x, dtype=float) for x in (tail_rate_per_s, arrival_rate, servers,
+                                                                      queue_service_s, mean_service_s, service_scv))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        drift = 1.0 / lam - sq / n
+        spread = scv * s * s / (n * n) + 1.0 / (lam * lam)
+        kappa = 2.0 / (theta * drift) + spread / (drift * drift)
+    return np.where((drift > 0) & (theta > 0), kappa, np.inf)
+
+
+def window_share(tail, kappa, window_requests, z):
+    """p*: the long-run share over budget whose window share stays ≤ ``tail`` (= 1 − q) at
+    z standard deviations, p + z·√(p·κ/N) = tail (module docstring, "One hour's p99"): with
+    b = z·√(κ/N), √p = (√(b² + 4·tail) − b)/2. ``tail`` itself where z = 0."""
+    tail, kappa, count, z = (np.asarray(x, dtype=float) for x in (tail, kappa, window_requests, z))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        b = z * np.sqrt(kappa / count)
+        root = (np.sqrt(b * b + 4.0 * tail) - b) / 2.0
+    return np.where(z > 0, np.where(np.isfinite(root), root * root, 0.0), tail)
+
+
 def slo_capacity_rps(servers, mean_service_s, service_scv, slack: SlackTable, max_utilization, quantile=0.99,
-                     full_prompts=1.0, full_pass_s=None, law=None, service_third_ratio=0.0):
+                     full_prompts=1.0, full_pass_s=None, law=None, service_third_ratio=0.0, window_s=0.0,
+                     window_z=0.0):
     """f(n): the largest arrival rate whose requests meet the budget of ``slack`` in share
     ``quantile`` — P(W + X > b) ≤ 1 − q (module docstring) — and whose utilisation stays
     ≤ ρ_max (of the full-pass capacity n·k_B/S_B when batching); 0 where even an empty pool
     misses. ``slack`` carries one riding law per count of prompts beside a waiting one
     (geometric, `tail.geometric_weights`); ``law`` says which of its laws each entry uses
-    (default: its only one). Bisection on λ (P(W + X > b) grows with λ); every argument
-    broadcasts, so many tables are sized at once."""
+    (default: its only one). With ``window_z`` > 0, one window of ``window_s`` seconds meets
+    the share at z standard deviations instead of the long run: P(W + X > b) ≤ p*
+    (`window_share`). Bisection on λ (P(W + X > b) grows with λ, and p* falls with it);
+    every argument broadcasts, so many tables are sized at once."""
     n, s, scv, kb, q, third = np.broadcast_arrays(*(np.atleast_1d(np.asarray(x, dtype=float)) for x in
                                                     (servers, mean_service_s, service_scv, full_prompts, quantile,
                                                      service_third_ratio)))
@@ -223,7 +266,11 @@ def slo_capacity_rps(servers, mean_service_s, service_scv, slack: SlackTable, ma
     def misses(lam, k):
         wait = wait_law(lam, n, s, scv, kb, sb, batch=k, service_third_ratio=third, quantile=q)
         weights = geometric_weights(wait.queued - 1.0, laws) if laws > 1 else None
-        return slack.tail(wait.waits, wait.rate_per_s, weights, row) > 1.0 - q
+        allowed = 1.0 - q
+        if window_z > 0:
+            kappa = cluster_factor(wait.rate_per_s, lam, n, per_prompt_s(wait.queued, s, kb, sb), s, scv)
+            allowed = window_share(allowed, kappa, lam * window_s, window_z)
+        return slack.tail(wait.waits, wait.rate_per_s, weights, row) > allowed
 
     # the batch at the rates that bound λ brackets the batch at any rate between them, so each
     # step of the bisection on λ needs only a few steps of the one on k
@@ -241,10 +288,11 @@ def slo_capacity_rps(servers, mean_service_s, service_scv, slack: SlackTable, ma
 
 
 def capacity_table(max_servers: int, mean_service_s, service_scv, slack: SlackTable, max_utilization, quantile=0.99,
-                   full_prompts=1.0, full_pass_s=None, service_third_ratio=0.0):
+                   full_prompts=1.0, full_pass_s=None, service_third_ratio=0.0, window_s=0.0, window_z=0.0):
     """f(1), …, f(max_servers) as an array (index k−1 holds f(k))."""
     return slo_capacity_rps(np.arange(1, max_servers + 1), mean_service_s, service_scv, slack, max_utilization,
-                            quantile, full_prompts, full_pass_s, service_third_ratio=service_third_ratio)
+                            quantile, full_prompts, full_pass_s, service_third_ratio=service_third_ratio,
+                            window_s=window_s, window_z=window_z)
 
 
 def servers_needed_many(arrival_rates, table) -> np.ndarray:
