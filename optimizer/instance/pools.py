@@ -13,9 +13,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import norm
 
 from optimizer.base.spot import is_spot
-from optimizer.base.units import MS_PER_S, Regime, Role
+from optimizer.base.units import MS_PER_S, SECONDS_PER_HOUR, Regime, Role
 from optimizer.curves.queueing import slo_capacity_rps
 from optimizer.curves.tail import Law, SlackTable, compress, quantile_s, slack_table, stack
 from optimizer.curves.transfer import kv_transfer_time_s
@@ -106,6 +107,13 @@ def _capacity_args(c: ServingConfig) -> tuple[float, float]:
     return batching.get("full_prompts", 1.0), batching.get("full_pass_s", c.service_mean_s)
 
 
+def hour_window(s: Scenario) -> dict[str, float]:
+    """The window arguments of `curves.queueing.slo_capacity_rps`: an hour at the standard
+    normal quantile of ``serving.slo_hours_met`` (none: the long run)."""
+    met = s.serving.slo_hours_met
+    return {} if met is None else {"window_s": SECONDS_PER_HOUR, "window_z": float(norm.ppf(met))}
+
+
 def _per_gpu_scores(options: list[Option], s: Scenario) -> np.ndarray:
     """Requests/s per GPU of a pool of REFERENCE_POOL_REPLICAS replicas of each option at its
     tier's budget (colocated: also limited by its decode side) — how configs compete."""
@@ -121,7 +129,7 @@ def _per_gpu_scores(options: list[Option], s: Scenario) -> np.ndarray:
         s.serving.prefill_max_utilization,
         np.array([s.workloads[o.config.workload].slo_attainment for o in options]),
         args[:, 0], args[:, 1], law=np.arange(len(options)),
-        service_third_ratio=np.array([o.config.service_third_ratio for o in options]),
+        service_third_ratio=np.array([o.config.service_third_ratio for o in options]), **hour_window(s),
     ) / n
     decode = np.array([o.config.decode_rps if o.config.role == Role.COLOCATED else np.inf for o in options])
     gpus = np.array([o.config.gpus for o in options], dtype=float)
@@ -159,7 +167,7 @@ class PoolFactory:
             self.s.serving.prefill_max_utilization,
             np.array([self.s.workloads[o.config.workload].slo_attainment for o in todo])[which],
             args[which, 0], args[which, 1], law=which,
-            service_third_ratio=np.array([o.config.service_third_ratio for o in todo])[which])
+            service_third_ratio=np.array([o.config.service_third_ratio for o in todo])[which], **hour_window(self.s))
         for o, table in zip(todo, np.split(caps, np.cumsum(sizes)[:-1])):
             table.setflags(write=False)
             self._tables[(o.config.id, o.key)] = table
