@@ -20,7 +20,7 @@ from optimizer.geography.network import build_graph, rtt_matrix
 from optimizer.instance.build import Instance, build_instance
 from optimizer.instance.checks import preflight
 from optimizer.instance.churn import limits_from
-from optimizer.instance.kvcache import size_kv_cache, with_kv_cache
+from optimizer.instance.kvcache import cache_choice, cache_options, with_kv_cache
 from optimizer.results import Plan
 from optimizer.results.kvcache import kv_cache_summary
 from optimizer.results.robust import to_nominal_world
@@ -170,11 +170,15 @@ def plan_instance(s: Scenario, raw: RawScenario, settings: SolverSettings, *, al
 def _plan_instance(s: Scenario, raw: RawScenario, settings: SolverSettings, *, allow_unserved, progress, cache,
                    previous, predictions) -> tuple[Plan, Instance]:
     say = progress or (lambda msg: None)
-    sized = size_kv_cache(s)  # KV-cache tiers (kv_cache:): the hit rates the plan runs with
+    # KV-cache tiers (kv_cache:): candidate caches the plan chooses among; the pre-solve optimum
+    # gives the decode side and the checks their workloads
+    both = cache_options(s)
+    choice = None if both is None else cache_choice(s, both[0])
+    sized = None if both is None else both[1]
     s = with_kv_cache(s, sized)
     preflight(s, raw)
     rtt = rtt_matrix(build_graph(s, raw.path.parent), s)
-    inst = build_instance(s, rtt)
+    inst = build_instance(s, rtt, choice)
     inst = replace(inst, churn=limits_from(s.churn, previous, inst.site_gpus))
     say(f"instance: {len(inst.metros)} metros, {len(inst.sites)} sites, {len(inst.states)} states, "
         f"{len(inst.pools)} pools, {sum(len(a) for a in inst.arcs.values())} routing arcs")
@@ -182,7 +186,7 @@ def _plan_instance(s: Scenario, raw: RawScenario, settings: SolverSettings, *, a
     tables = plan_tables(s, inst, result, predictions)
     summary = plan_summary(s, raw, inst, result, tables, settings)
     if sized is not None:
-        summary["kv_cache"] = kv_cache_summary(s, sized, inst, tables["routing"], summary["total_cost_usd"])
+        summary["kv_cache"] = kv_cache_summary(s, both[0], inst, result.solution, summary["total_cost_usd"])
     if summary["unserved_fraction"] > UNSERVED_TOLERANCE and not allow_unserved:
         if result.status == "time_limit":
             raise TimeLimitNoPlanError(
