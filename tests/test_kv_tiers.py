@@ -14,10 +14,11 @@ import pytest
 from instances import TINY
 
 from optimizer.base.errors import ScenarioError
+from optimizer.base.units import HOURS_PER_YEAR
 from optimizer.commands.pipeline import make_plan
 from optimizer.curves.cache import mean_prefill_tokens
 from optimizer.curves.kvtiers import cached_tokens, hit_rate, read_time_ms, tier_hit_shares
-from optimizer.instance.kvcache import size_kv_cache, size_workload, with_kv_cache
+from optimizer.instance.kvcache import cache_options, size_kv_cache, size_workload, with_kv_cache
 from optimizer.scenario import load_scenario
 from optimizer.scenario.kvcache import HOURS_PER_MONTH, Reuse, Tier
 
@@ -139,20 +140,67 @@ def test_bad_kv_cache_sections_are_refused_in_one_line():
         load_scenario(TINY, ["kv_cache={tiers: [dram], workloads: {chat: {reuse_sigma: 0}}}"])
 
 
+TIERS = ["kv_cache.tiers=[dram, nvme]"]
+STATE = ["period", "day_type", "hour"]
+
+
 def test_the_plan_reports_cache_and_prefill_dollars_per_tier():
-    plan = make_plan(TINY, ["kv_cache.tiers=[dram, nvme]"], exact=True, time_limit_s=60)
+    """The cache $ is Σ_site Σ_candidates hours · Σ_tiers p_t · c_{o,t} · (the busiest slice's
+    requests/s into the site's pools of that candidate), from pools.csv by hand."""
+    s = load_scenario(TINY, TIERS)[0]
+    options, _ = cache_options(s)
+    plan = make_plan(TINY, TIERS, exact=True, time_limit_s=60)
     kv = plan.summary["kv_cache"]
-    routing = plan.tables["routing"]
+    pools = plan.tables["pools"]
+    pools = pools[(pools["cache_option"] >= 0) & pools["lost_site"].isna()]  # the year's slices
+    peaks = pools.groupby(["site", "workload", "cache_option", *STATE])["requests_per_s"].sum().groupby(
+        ["site", "workload", "cache_option"]).max()
+    by_hand = 0.0
+    for (site, k, o), rps in peaks.items():
+        c = options[k][o]
+        by_hand += HOURS_PER_YEAR * sum(p * b for p, b in zip(c.usd_per_byte_hour, c.capacity_bytes_per_rps)) * rps
+        assert pools.loc[pools["cache_option"] == o, "cache_hit_rate"].tolist() == \
+            pytest.approx([c.hit_rate] * int((pools["cache_option"] == o).sum()))
+    assert by_hand > 0 and kv["cache_usd"] == pytest.approx(by_hand, rel=1e-6)
     for k, w in kv["workloads"].items():
-        peaks = routing[routing["workload"] == k].groupby(["site", "period", "day_type", "hour"])[
-            "requests_per_s"].sum().groupby("site").max()
-        for t, b in w["tiers"].items():
-            gb = {x: b["capacity_gb_per_rps"] * rps for x, rps in peaks.items() if rps > 0}
-            assert b["capacity_gb_by_site"] == pytest.approx({x: v for x, v in gb.items() if v > 0}, rel=1e-3)
         assert w["cache_usd"] == pytest.approx(sum(b["cache_usd"] for b in w["tiers"].values()))
         assert w["hit_rate"] == pytest.approx(sum(b["hit_rate"] for b in w["tiers"].values()))
+        assert sum(o["request_share"] for o in w["options"]) == pytest.approx(1.0)
     assert kv["total_cost_with_cache_usd"] == pytest.approx(plan.summary["total_cost_usd"] + kv["cache_usd"])
     assert "kv_cache" not in make_plan(TINY, exact=True, time_limit_s=60).summary
+
+
+def _with_cost(plan) -> float:
+    return plan.summary["kv_cache"]["total_cost_with_cache_usd"]
+
+
+def test_the_plan_is_never_worse_than_the_best_single_candidate(monkeypatch):
+    """Brute force: each candidate cache alone, planned exactly; the plan choosing among
+    them costs no more than the best of them (within the solver's gap)."""
+    from optimizer.commands import pipeline
+
+    chosen = make_plan(TINY, TIERS, exact=True, time_limit_s=60)
+    real = pipeline.cache_options
+    n = len(real(load_scenario(TINY, TIERS)[0])[0]["code-completion"])
+    assert n >= 2
+    alone = []
+    for i in range(n):
+        def only(s, i=i):
+            options, best = real(s)
+            return {k: (o[min(i, len(o) - 1)],) for k, o in options.items()}, best
+        monkeypatch.setattr(pipeline, "cache_options", only)
+        alone.append(_with_cost(make_plan(TINY, TIERS, exact=True, time_limit_s=60)))
+    gap = chosen.summary["mip_gap"] + 1e-4
+    assert _with_cost(chosen) <= min(alone) * (1 + gap)
+    assert max(alone) > min(alone)  # the candidates differ: the choice matters
+
+
+def test_the_plan_takes_no_cache_when_the_tiers_cost_too_much_and_a_cache_when_free():
+    dear = make_plan(TINY, ["kv_cache.tiers=[{id: dram, usd_per_gb_month: 10000}]"], exact=True, time_limit_s=60)
+    free = make_plan(TINY, ["kv_cache.tiers=[{id: dram, usd_per_gb_month: 0}]"], exact=True, time_limit_s=60)
+    assert dear.summary["kv_cache"]["workloads"]["code-completion"]["hit_rate"] == 0.0
+    assert dear.summary["kv_cache"]["cache_usd"] == 0.0
+    assert free.summary["kv_cache"]["workloads"]["code-completion"]["hit_rate"] > 0.3
 
 
 def test_a_hit_reads_from_a_tier_drawn_by_its_share_of_the_hits():
@@ -166,25 +214,50 @@ def test_a_hit_reads_from_a_tier_drawn_by_its_share_of_the_hits():
 
 
 def test_verify_serves_the_tiers_as_planned(tmp_path):
-    """The simulation runs with each workload's sized hit rate and prefix, keeps its own
-    objective, and adds the read of the tier a hit comes from; the prediction beside it adds
-    the slowest read, as the plan budgeted."""
-    from optimizer.commands.verify import load_model, served_scenario, verify_plan
+    """The simulation runs each workload with its own objective and the prefix its
+    candidates cache, adds the read of the tier a hit comes from (by the candidate's law);
+    the prediction beside it adds the slowest read of the candidates served, as the plan
+    budgeted."""
+    from optimizer.commands.verify import load_model, read_ms_added, served_scenario, verify_plan
     from optimizer.folder.read import read_plan
     from optimizer.folder.write import write_plan
 
-    folder = write_plan(make_plan(TINY, ["kv_cache.tiers=[dram, nvme]"], exact=True, time_limit_s=60), tmp_path / "p")
+    folder = write_plan(make_plan(TINY, TIERS, exact=True, time_limit_s=60), tmp_path / "p")
     plan = read_plan(folder)
     kv = plan.summary["kv_cache"]["workloads"]
     s, reads = served_scenario(plan, folder)
     own = load_scenario(TINY)[0]
+    added = read_ms_added(plan, reads)
     for k, w in kv.items():
-        assert s.workloads[k].prompt_cache_hit_rate == pytest.approx(w["hit_rate"])
+        main = max(w["options"], key=lambda o: o["request_share"])
+        assert s.workloads[k].prompt_cache_hit_rate == pytest.approx(main["hit_rate"])
+        assert s.workloads[k].shared_prefix_tokens == pytest.approx(w["cached_tokens"])
         assert s.workloads[k].ttft_p99_ms == own.workloads[k].ttft_p99_ms
-        shares, read_ms = reads[k]
-        assert shares.sum() == pytest.approx(1.0) and read_ms.max() == pytest.approx(w["ttft_added_ms"])
+        for o in w["options"]:
+            if o["hit_rate"] > 0:
+                shares, read_ms = reads[(k, o["option"])]
+                assert shares.sum() == pytest.approx(1.0) and read_ms.max() == pytest.approx(o["ttft_added_ms"])
+        assert added[k] == pytest.approx(w["ttft_added_ms"])
+    pools = plan.tables["pools"]
+    entry = pools[pools["role"] != "decode"]
+    assert (entry["cache_option"] >= 0).all() and (entry["cache_hit_rate"] > 0).any()
     assert set(load_model(folder).reads) == set(reads)  # what each worker process simulates
     result = verify_plan(folder, requests=4000, seed=0)
     rows = result.tables["by_pool"]
     assert (rows["ttft_p99_ms_objective"] == [own.workloads[k].ttft_p99_ms for k in rows["workload"]]).all()
     assert result.summary["all_objectives_met"]
+
+
+def test_each_entry_pool_hits_at_its_own_candidates_rate():
+    """Two pools of one tier serving candidates with hit rates 0 and 0.8: the requests each
+    takes hit at its rate, and a hit caches the prefix (at most the prompt less a token)."""
+    from optimizer.commands.verify.group import GroupPool, pool_cached
+
+    entry = [GroupPool("prefill", 0, "a", 1, 1.0, 0, cache_option=0, cache_hit_rate=0.0),
+             GroupPool("prefill", 0, "b", 1, 1.0, 0, cache_option=2, cache_hit_rate=0.8)]
+    pool_of = np.arange(100_000) % 2
+    isl = np.where(np.arange(100_000) % 4 < 2, 1000, 300)
+    cached = pool_cached(entry, pool_of, isl, 500.0, np.random.default_rng(1))
+    assert (cached[pool_of == 0] == 0).all()
+    assert np.mean(cached[pool_of == 1] > 0) == pytest.approx(0.8, abs=0.01)
+    assert set(np.unique(cached[cached > 0])) == {500, 299}

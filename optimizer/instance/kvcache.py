@@ -41,6 +41,9 @@ from optimizer.serving.configs import kv_bytes_per_token, make_replica
 
 GRID_EXPONENTS = np.arange(-6, 7)  # capacity per request/s as D₅₀ · 2^j
 MAX_OPTIONS = 4  # candidate caches per workload the plan chooses among
+# a neighbour of the pre-solve optimum is a candidate only this far from its hit rate: closer
+# ones are near-duplicates whose pools would only split a tier's requests (smaller pools queue worse)
+MIN_HIT_STEP = 0.02
 PREFILL_PASS_TOKENS = 16384  # the prompts of one prefill pass, so that its fixed cost is shared
 
 
@@ -153,9 +156,10 @@ def workload_options(workload: str, tiers: list[Tier], reuse: Reuse, prompt_toke
     Candidates: the grid's Pareto frontier of (tiers' $/h per peak request/s, hit rate) — a
     combination is kept when every cheaper one hits less — thinned to at most
     `MAX_OPTIONS`: the cheapest (no cache, unless a tier's capacity is fixed or free), the
-    pre-solve optimum, and its frontier neighbours (the next cheaper and the next dearer
-    point). Only tiers whose read fits the TTFT share are on the grid, so every candidate's
-    read does. Ordered by cost."""
+    pre-solve optimum h*, and its frontier neighbours — the dearest point cheaper than it
+    with a hit rate ≤ h* − `MIN_HIT_STEP` and the cheapest dearer one with ≥ h* +
+    `MIN_HIT_STEP` (where there is one). Only tiers whose read fits the TTFT share are on
+    the grid, so every candidate's read does. Ordered by cost."""
     combos, hit, price, reads, cached = _grid(tiers, reuse, prompt_tokens, kv_bytes, ttft_ms, max_read_share)
     usd = combos @ price
     best = int(np.argmin(usd - hit * SECONDS_PER_HOUR * ratio * usd_per_hit))
@@ -165,7 +169,9 @@ def workload_options(workload: str, tiers: list[Tier], reuse: Reuse, prompt_toke
             frontier.append(int(i))
             top = max(top, float(hit[i]))
     at = frontier.index(best)
-    keep = sorted({frontier[0], *frontier[max(at - 1, 0):at + 2]}, key=lambda i: (usd[i], -hit[i]))
+    lower = [i for i in frontier[:at] if hit[i] <= hit[best] - MIN_HIT_STEP][-1:]
+    upper = [i for i in frontier[at + 1:] if hit[i] >= hit[best] + MIN_HIT_STEP][:1]
+    keep = sorted({frontier[0], *lower, best, *upper}, key=lambda i: (usd[i], -hit[i]))
     made = {i: _cache(workload, tiers, reuse, prompt_tokens, kv_bytes, combos[i], reads, price, cached, usd_per_hit,
                       ratio) for i in keep}
     return tuple(made[i] for i in keep), made[best]

@@ -22,7 +22,7 @@ from optimizer.scenario.kvcache import resolved_tiers
 from optimizer.solve.pricing import kv_cache_peaks
 
 
-def _yearly(inst, flows: dict) -> dict[tuple[str, int], float]:
+def served_requests(inst, flows: dict) -> dict[tuple[str, int], float]:
     """(workload, candidate) → requests a year its pools take in the plan's slices."""
     out: dict = {}
     for (pid, sid), rps in flows.items():
@@ -49,7 +49,7 @@ def _tier_block(options, i: int, served: dict, peaks: dict, cap_gb: float, price
 
 def kv_cache_summary(s, options: dict, inst, solution, total_cost_usd: float) -> dict:
     """The summary's ``kv_cache`` block, from the plan's flows (``solution.flows``)."""
-    yearly, peaks = _yearly(inst, solution.flows), kv_cache_peaks(inst, solution.flows)
+    yearly, peaks = served_requests(inst, solution.flows), kv_cache_peaks(inst, solution.flows)
     caps = {t.id: t.capacity_gb for t in resolved_tiers(s.kv_cache)}
     workloads = {}
     for k, cands in sorted(options.items()):

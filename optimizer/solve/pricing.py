@@ -24,14 +24,15 @@ def plan_cost(inst: Instance, sol: Solution, proc=None) -> float:
 
 
 def kv_cache_peaks(inst: Instance, flows: dict) -> dict[tuple[str, str, int], float]:
-    """(site, workload, candidate cache) → its busiest state's requests/s into the pools of
-    that candidate (`formulations.kvcache`); empty without KV-cache tiers."""
+    """(site, workload, candidate cache) → its busiest slice's requests/s into the pools of
+    that candidate (`formulations.kvcache`: the year's slices, not site-loss states); empty
+    without KV-cache tiers."""
     if not inst.kv_usd_per_rps_hour:
         return {}
     per_state: dict = {}
     for (pid, sid), rps in flows.items():
         p = inst.pools[pid]
-        if p.cache_option >= 0:
+        if p.cache_option >= 0 and inst.states[sid].weight_hours > 0:
             key = (p.site, p.workload, p.cache_option)
             per_state[(key, sid)] = per_state.get((key, sid), 0.0) + rps
     peaks: dict = {}
