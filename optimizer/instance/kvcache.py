@@ -1,6 +1,7 @@
-"""Sizing the KV-cache tiers: a pre-solve step, per workload.
+"""The KV-cache tiers' candidate caches, per workload, generated before the solve; the plan
+chooses among them (`formulations.kvcache`).
 
-For each workload the step picks the capacity c_k each tier k gives it per request/s at the
+For each workload a grid gives the capacity c_k each tier k may give it per request/s at the
 peak (bytes per request/s; a site with λ_site requests/s at its peak holds c_k · λ_site) on a
 grid — c_k ∈ {0} ∪ {D₅₀ · 2^j, j = −6 … 6}, D₅₀ = T₅₀ · s̄ · κ the median reuse distance of
 one request/s — evaluating every combination exactly and keeping the one with the least
@@ -14,13 +15,17 @@ request) and v the prefill $ one hit saves: the cheapest accelerator's GPU-secon
 ``prefill_utilization`` (a GPU is not busy every second it is paid for). A tier whose read of s_p takes more than
 ``max_read_share_of_ttft`` of the workload's p99 TTFT is not offered; a tier with
 ``fixed_gb_per_rps`` has that one capacity (a sweep). Ties go to the first combination in
-grid order (the smaller capacities).
+grid order (the smaller capacities). That minimum is the pre-solve optimum; the candidates
+are the grid's Pareto frontier of ($/h, hit rate) thinned around it (`workload_options`).
 
-The plan then runs with each workload's hit rate hit(Σ c_k), its prefix s_p and its p99 TTFT
-less the slowest read among the tiers it was given (`with_kv_cache`): the prefill pools are
-sized for the prefill that is left, and a hit's read is inside the objective. This is a
-sizing step before the MIP, not a decision inside it: the capacity does not trade against
-the pools' latency tiers or sites.
+Each candidate o gives the workload hit rate hit(Σ c_{o,k}), its prefix s_p and its p99 TTFT
+less the slowest read among the tiers it uses (`with_kv_cache`); the prefill and colocated
+pools are built once per candidate from the workload as it gives it (`CacheChoice`), so
+they are sized for the prefill that is left and a hit's read is inside their objective. The
+program splits each tier's requests among the candidates' pools and pays each candidate's
+tiers at its busiest slice: the capacity trades against the pools, their sites and their
+latency tiers. The decode side, the preflight checks and the predictions of slo.csv take
+the workloads as the pre-solve optimum gives them.
 """
 
 from __future__ import annotations
