@@ -167,7 +167,12 @@ def test_the_plan_reports_cache_and_prefill_dollars_per_tier():
         assert w["hit_rate"] == pytest.approx(sum(b["hit_rate"] for b in w["tiers"].values()))
         assert sum(o["request_share"] for o in w["options"]) == pytest.approx(1.0)
     assert kv["total_cost_with_cache_usd"] == pytest.approx(plan.summary["total_cost_usd"] + kv["cache_usd"])
-    assert "kv_cache" not in make_plan(TINY, exact=True, time_limit_s=60).summary
+    plain = make_plan(TINY, exact=True, time_limit_s=60)
+    assert "kv_cache" not in plain.summary and "cache_option" not in plain.tables["pools"]
+    from optimizer.commands.report.plan_page import key_figures
+    figures = dict(key_figures(plan.summary).itertuples(index=False))
+    assert f"{100 * kv['workloads']['code-completion']['hit_rate']:.1f}" in figures["KV-cache hit rate of code-completion"]
+    assert not any(name.startswith("KV-cache") for name in key_figures(plain.summary)["figure"])
 
 
 def _with_cost(plan) -> float:
