@@ -1,8 +1,10 @@
 """KV-cache tiers (`optimizer.curves.kvtiers`, `optimizer.scenario.kvcache`,
 `optimizer.instance.kvcache`, `optimizer.results.kvcache`): hit rates from a reuse-distance
 distribution against hand-computed values, monotone in capacity; the prefill a hit saves and
-the read it adds; the sizing's choices against brute force and its orderings; the plan's
-report."""
+the read it adds; the sizing's choices and the candidate caches against brute force; the
+plan's choice among the candidates (never worse than the best of them alone, none when the
+tiers are dear, one when free), its cache $ by hand, its report; verify's pools each hitting
+at their candidate's rate."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from optimizer.base.units import HOURS_PER_YEAR
 from optimizer.commands.pipeline import make_plan
 from optimizer.curves.cache import mean_prefill_tokens
 from optimizer.curves.kvtiers import cached_tokens, hit_rate, read_time_ms, tier_hit_shares
-from optimizer.instance.kvcache import cache_options, size_kv_cache, size_workload, with_kv_cache
+from optimizer.instance.kvcache import cache_options, size_workload, with_kv_cache
 from optimizer.scenario import load_scenario
 from optimizer.scenario.kvcache import HOURS_PER_MONTH, Reuse, Tier
 
@@ -73,6 +75,28 @@ def _size(tiers, reuse=REUSE, usd_per_hit=1e-4, ttft_ms=1000.0, ratio=0.6):
     return size_workload("w", tiers, reuse, 1000.0, 1000.0, ttft_ms, 0.1, usd_per_hit, ratio)
 
 
+def test_the_candidates_are_the_frontier_around_the_pre_solve_optimum():
+    """Brute force over the grid: no combination is cheaper and hits more than a candidate;
+    the first is no cache, the pre-solve optimum is one, its neighbours are the nearest
+    frontier points at least MIN_HIT_STEP of hit rate away."""
+    from optimizer.instance.kvcache import MIN_HIT_STEP, workload_options
+
+    tiers = [_tier("a", 3.0, 64), _tier("b", 0.2, 14)]
+    options, best = workload_options("w", tiers, REUSE, 1000.0, 1000.0, 1000.0, 0.1, 1e-4, 0.6)
+    assert best == _size(tiers) and best in options and len(options) <= 4
+    assert options[0].hit_rate == 0.0 and options[0].usd_per_rps_hour == 0.0
+    d50 = 100.0 * 1000.0 * 1000.0
+    grid = [0.0] + [d50 * 2.0 ** j for j in range(-6, 7)]
+    price = np.array([3.0, 0.2]) / HOURS_PER_MONTH / 1e9
+    points = [(float(np.dot(price, c)), float(hit_rate(sum(c), 0.6, 100.0, 1.0, 1000.0, 1000.0)))
+              for c in itertools.product(grid, grid)]
+    for o in options:
+        assert not any(usd < o.usd_per_rps_hour - 1e-15 and h > o.hit_rate + 1e-12 for usd, h in points)
+    others = [o for o in options[1:] if o is not best]
+    assert others and all(abs(o.hit_rate - best.hit_rate) >= MIN_HIT_STEP - 1e-12 for o in others)
+    assert [o.usd_per_rps_hour for o in options] == sorted(o.usd_per_rps_hour for o in options)
+
+
 def test_the_sizing_is_the_brute_force_optimum():
     tiers = [_tier("a", 3.0, 64), _tier("b", 0.2, 14)]
     got = _size(tiers)
@@ -118,7 +142,7 @@ def test_a_tier_too_slow_for_the_objective_is_not_offered():
 
 def test_the_plan_runs_with_the_tiers_hit_rate_prefix_and_ttft():
     s, _ = load_scenario(TINY, ["kv_cache.tiers=[dram, nvme]"])
-    sized = size_kv_cache(s)
+    sized = cache_options(s)[1]
     eff = with_kv_cache(s, sized)
     for k, w in s.workloads.items():
         z = sized[k]
@@ -128,7 +152,7 @@ def test_the_plan_runs_with_the_tiers_hit_rate_prefix_and_ttft():
         # prefill saved: s̄ − h · s_p tokens left per request
         assert mean_prefill_tokens(e.isl_mean_tokens, e.prompt_cache_hit_rate, e.shared_prefix_tokens) == \
             pytest.approx(w.isl_mean_tokens - z.hit_rate * z.cached_tokens)
-    assert with_kv_cache(s, size_kv_cache(load_scenario(TINY)[0])) is s  # no section, no change
+    assert cache_options(load_scenario(TINY)[0]) is None and with_kv_cache(s, None) is s  # no section, no change
 
 
 def test_bad_kv_cache_sections_are_refused_in_one_line():

@@ -182,13 +182,6 @@ def workload_options(workload: str, tiers: list[Tier], reuse: Reuse, prompt_toke
     return tuple(made[i] for i in keep), made[best]
 
 
-def size_kv_cache(s: Scenario) -> dict[str, WorkloadCache] | None:
-    """Each workload's tiers, sized (the pre-solve optimum); None where the scenario has no
-    ``kv_cache`` tiers."""
-    both = cache_options(s)
-    return None if both is None else both[1]
-
-
 def cache_options(s: Scenario) -> tuple[dict[str, tuple[WorkloadCache, ...]], dict[str, WorkloadCache]] | None:
     """(each workload's candidate caches, its pre-solve optimum) (`workload_options`); None
     where the scenario has no ``kv_cache`` tiers."""
