@@ -290,3 +290,33 @@ def test_each_entry_pool_hits_at_its_own_candidates_rate():
     assert (cached[pool_of == 0] == 0).all()
     assert np.mean(cached[pool_of == 1] > 0) == pytest.approx(0.8, abs=0.01)
     assert set(np.unique(cached[cached > 0])) == {500, 299}
+
+
+def test_verify_serves_each_pool_its_own_candidate(tmp_path, monkeypatch):
+    """A plan whose pools serve different candidates (the 03:00 slice's moved to no cache in
+    pools.csv): verify draws every pool's hits at its own candidate's rate."""
+    import pandas as pd
+
+    from optimizer.commands.verify import group, verify_plan
+    from optimizer.folder.write import write_plan
+
+    folder = write_plan(make_plan(TINY, TIERS, exact=True, time_limit_s=60), tmp_path / "p")
+    pools = pd.read_csv(folder / "pools.csv")
+    night = (pools["hour"] == 3) & (pools["role"] != "decode")
+    assert night.any() and (pools.loc[~night & (pools["role"] != "decode"), "cache_hit_rate"] > 0.3).all()
+    pools.loc[night, ["cache_option", "cache_hit_rate"]] = [0, 0.0]
+    pools.to_csv(folder / "pools.csv", index=False)
+    seen = []
+    real = group.pool_cached
+
+    def recorded(entry, pool_of, isl, prefix_tokens, rng):
+        cached = real(entry, pool_of, isl, prefix_tokens, rng)
+        seen.extend((p.cache_hit_rate, float(np.mean(cached[pool_of == j] > 0)))
+                    for j, p in enumerate(entry) if (pool_of == j).sum() > 1000)
+        return cached
+
+    monkeypatch.setattr(group, "pool_cached", recorded)
+    verify_plan(folder, slices="all", requests=4000, seed=0, workers=1)
+    assert {rate for rate, _ in seen} >= {0.0} and any(rate > 0.3 for rate, _ in seen)
+    for rate, measured in seen:
+        assert measured == pytest.approx(rate, abs=0.03)
