@@ -84,6 +84,10 @@ TABLE_COLUMNS: dict[str, tuple[Column, ...]] = {
         _text("gpu"), _text("config"), _int("gpus_per_replica", 1, 100_000), *SLICE, _text("lost_site", empty=True),
         _int("replicas", 0, MAX_REPLICAS), _float("requests_per_s", 0, MAX_RATE), _float("p99_wait_ms", 0, MAX_MS),
         _float("queue_budget_ms", -MAX_MS, MAX_MS, empty=True),
+        # KV-cache tiers: the candidate cache a prefill or colocated pool serves with and its hit
+        # rate (`optimizer.instance.kvcache`); absent from plans without tiers
+        Column("cache_option", "int", -1, 1000, default=-1, sparse=True),
+        Column("cache_hit_rate", "float", 0.0, 1.0, default=0.0, sparse=True),
     ),
     "routing": (
         _text("metro"), _text("site"), _text("workload"), _int("tier", 0, 1000), *SLICE,

@@ -52,6 +52,7 @@ class Pool:
     decode_rps: float = 0.0
     speed: int = -1  # disaggregated pools: the decode speed class (prefill feeds decode of its class)
     peak_to_mean: float = 1.0  # the workload's intra-hour peak factor: the pool is sized for mean load × this
+    cache_option: int = -1  # prefill/colocated with KV-cache tiers: the workload's candidate cache it serves with
 
     @property
     def gpus(self) -> int:
@@ -140,10 +141,12 @@ class PoolFactory:
     """Builds pools; SLO capacity tables are made for many options at once (`prepare`) and
     kept by (config, budget, hand-off)."""
 
-    def __init__(self, s: Scenario, peak_load: dict[str, float]):
+    def __init__(self, s: Scenario, peak_load: dict[str, float], pools: list[Pool] | None = None,
+                 cache_option: int = -1):
         self.s = s
         self.peak_load = peak_load
-        self.pools: list[Pool] = []
+        self.pools: list[Pool] = [] if pools is None else pools  # shared by the factories of one instance
+        self.cache_option = cache_option  # the candidate cache ``s`` is the scenario of (-1: none)
         self._tables: dict[tuple, np.ndarray] = {}
 
     def _size(self, c: ServingConfig) -> int:
@@ -178,7 +181,7 @@ class PoolFactory:
             self.prepare([option])
             table, queue_ms = self._tables[(c.id, option.key)], option.queue_ms
         self.pools.append(Pool(len(self.pools), role, regime, site, k, tier, c.gpu, c, queue_ms or 0.0, table,
-                               c.decode_rps, speed, self.s.peak_to_mean(k)))
+                               c.decode_rps, speed, self.s.peak_to_mean(k), self.cache_option))
         return len(self.pools) - 1
 
 

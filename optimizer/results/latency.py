@@ -420,6 +420,8 @@ def arc_table(s, configs, pools: pd.DataFrame, routes: pd.DataFrame) -> pd.DataF
     for r in worst.sort_values(arcs).itertuples(index=False):
         w = s.workloads[r.workload]
         key = (r.site, r.workload, int(r.tier), r.period, r.day_type, int(r.hour))
+        if key not in prediction.tiers:  # a solver's residue (1e-8 requests/s) into a tier no pool serves
+            continue
         parts = prediction.path(key, r.rtt_ms, r.ttft_p99_ms, r.stages_ms)
         out.append({"metro": r.metro, "workload": r.workload, "site": r.site, "tier": int(r.tier),
                     "ttft_p99_ms_predicted": parts.total_ms, "ttft_p99_ms_objective": w.ttft_p99_ms,

@@ -60,6 +60,8 @@ def plan_tables(s: Scenario, inst: Instance, result: SolveResult, predictions: b
             "replicas": n, "requests_per_s": load,
             "p99_wait_ms": wait_ms,
             "queue_budget_ms": p.queue_budget_ms if p.table is not None else None,
+            **({"cache_option": p.cache_option, "cache_hit_rate": inst.kv_hit_rate.get((p.workload, p.cache_option), 0.0)}
+               if inst.kv_hit_rate else {}),  # KV-cache tiers only: a plan without them keeps its columns
         })
     routing = []
     rtt = rtt_lookup(inst)

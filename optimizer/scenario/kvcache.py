@@ -9,8 +9,9 @@ Opt-in: without the section (or with ``tiers: []``) the prompt cache is each wor
       workloads: {chat: {median_reuse_s: 300}}  # data/kv_reuse.csv's row with fields replaced
       reuse: demand/kv_reuse.csv               # rows derived from request logs (`fleetplan demand`)
 
-the tiers are sized per workload before the solve (`optimizer.instance.kvcache`) and the
-hit rate they give replaces the workload's own. A ``reuse`` file (relative to the scenario,
+the plan chooses each workload's tier capacities among candidates generated before the solve
+(`optimizer.instance.kvcache`, `formulations.kvcache`), and the hit rate they give replaces
+the workload's own. A ``reuse`` file (relative to the scenario,
 data/kv_reuse.csv's columns) is read when the scenario is loaded into ``workloads``
 (`inline_reuse_file`): its non-empty fields replace the shipped row's, the section's own
 ``workloads`` fields replace the file's.
