@@ -320,3 +320,35 @@ def test_verify_serves_each_pool_its_own_candidate(tmp_path, monkeypatch):
     assert {rate for rate, _ in seen} >= {0.0} and any(rate > 0.3 for rate, _ in seen)
     for rate, measured in seen:
         assert measured == pytest.approx(rate, abs=0.03)
+
+
+def test_verify_serves_a_folder_written_before_candidates_at_its_presolve_optimum(tmp_path):
+    """A tiered plan folder without candidate columns (no ``cache_option`` in pools.csv, no
+    ``options`` in the kv_cache block, as written before the plan chose among candidates): every
+    pool of a workload hits at its pre-solve optimum's rate and reads by that optimum's tiers,
+    not at no cache."""
+    import json
+
+    import pandas as pd
+
+    from optimizer.commands.verify import read_ms_added, served_scenario, verify_plan
+    from optimizer.folder.read import read_plan
+    from optimizer.folder.write import write_plan
+
+    folder = write_plan(make_plan(TINY, TIERS, exact=True, time_limit_s=60), tmp_path / "p")
+    pools = pd.read_csv(folder / "pools.csv").drop(columns=["cache_option", "cache_hit_rate"])
+    pools.to_csv(folder / "pools.csv", index=False)
+    summary = json.loads((folder / "summary.json").read_text())
+    for w in summary["kv_cache"]["workloads"].values():
+        w.pop("options")
+    (folder / "summary.json").write_text(json.dumps(summary))
+    plan = read_plan(folder)
+    s, reads = served_scenario(plan, folder)
+    optimum = cache_options(load_scenario(TINY, TIERS)[0])[1]
+    cached = [k for k, c in optimum.items() if c.hit_rate > 0]
+    assert cached
+    for k in cached:
+        assert s.workloads[k].prompt_cache_hit_rate == pytest.approx(optimum[k].hit_rate)
+        assert read_ms_added(plan, reads)[k] == pytest.approx(optimum[k].ttft_added_ms)
+    assert set(reads) == set(cached)  # keyed by workload, as the folder was planned
+    assert verify_plan(folder, requests=4000, seed=0).summary["all_objectives_met"]

@@ -142,22 +142,27 @@ def served_scenario(plan, plan_dir):
     workload with its own objectives — a hit's read is added to its simulated TTFT — and the
     cached prefix and hit rate of the candidate cache the plan serves most of it with; each
     entry pool then serves its own candidate's hit rate (pools.csv ``cache_hit_rate``) and
-    reads by its candidate's law, keyed (workload, candidate). Else the plan's scenario and
-    no reads."""
+    reads by its candidate's law, keyed (workload, candidate). A folder written before the plan
+    chose among candidates (no ``options`` rows, no ``cache_option`` column) is served as it
+    was planned: every pool of a workload at its pre-solve optimum, reads keyed by workload.
+    Else the plan's scenario and no reads."""
     s = scenario_of(plan, plan_dir)
     both = cache_options(s)
     if both is None:
         return s, {}
     served = plan.summary.get("kv_cache", {}).get("workloads", {})
     options = {k: planned_options(o, served.get(k, {}).get("options", [])) for k, o in both[0].items()}
+    legacy = {k for k in options if not served.get(k, {}).get("options")}
     main = {k: max(range(len(o)), key=lambda i: (_share(served, k, i), -i)) for k, o in options.items()}
-    s = with_kv_cache(s, {k: o[main[k]] for k, o in options.items()}, objectives_less_reads=False)
+    chosen = {k: both[1][k] if k in legacy else o[main[k]] for k, o in options.items()}
+    s = with_kv_cache(s, chosen, objectives_less_reads=False)
     s = s.model_copy(update={"workloads": {  # every candidate caches the same prefix; a pool hits at its own rate
         k: w.model_copy(update={"shared_prefix_tokens": options[k][0].cached_tokens}) for k, w in s.workloads.items()}})
-    reads = {}
+    reads = dict(read_law({k: chosen[k] for k in legacy}))
     for k, o in options.items():
-        for i, law in read_law(dict(enumerate(o))).items():
-            reads[(k, i)] = law
+        if k not in legacy:
+            for i, law in read_law(dict(enumerate(o))).items():
+                reads[(k, i)] = law
     return s, reads
 
 
