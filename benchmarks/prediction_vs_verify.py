@@ -2,7 +2,7 @@
 ``--effort first``) and verified, and per workload how far the prediction is from what the
 simulation measures.
 
-    python benchmarks/prediction_vs_verify.py [--scenarios reference,us-east] [--requests 20000]
+    python benchmarks/prediction_vs_verify.py [--scenarios reference,us-east,deepseek-moe] [--requests 20000]
                                               [--seed 0] [--before NAME=DIR …] [--out DIR]
 
 For every (site, workload, slice) group `verify` simulates, the ratio predicted / measured of
@@ -31,7 +31,8 @@ from optimizer.commands.verify import verify_plan, write_verify
 from optimizer.folder.write import write_plan
 from optimizer.scenario import DATA_DIR
 
-SCENARIOS = {"reference": None, "us-east": DATA_DIR / "scenarios" / "us-east.yaml"}
+SCENARIOS = {"reference": None, "us-east": DATA_DIR / "scenarios" / "us-east.yaml",
+             "deepseek-moe": DATA_DIR / "scenarios" / "deepseek-moe.yaml"}
 
 
 def ratios(groups: pd.DataFrame) -> pd.DataFrame:

@@ -7,7 +7,8 @@ into the typed registry (`registry.Terms`); the balancing modules, run last, tur
 rows, and the objective is assembled from the cost terms. The result is a
 `linear.LinearProgram` of arrays that a solver backend (`optimizer.solve.backends`) hands to HiGHS.
 
-Order: pools produce flows and GPU loads (prefill, colocated, decode), routing feeds the
+Order: pools produce flows and GPU loads (prefill, colocated, decode), kvcache prices the
+KV-cache candidates those flows serve with, routing feeds the
 tiers, latency_tiers balances them, procurement supplies nodes, scaling prices on-demand
 ramps, resilience ties site-loss states to the peak slice, capacity and power close the
 balances, carbon prices (and caps) the emissions of the powered nodes, and churn limits how far
@@ -36,6 +37,7 @@ from formulations import (
     churn,
     colocated,
     decode,
+    kvcache,
     latency_tiers,
     power,
     prefill,
@@ -53,7 +55,7 @@ __all__ = ["MODULES", "Build", "Commitment", "LinearProgram", "Mode", "Reading",
            "build_program", "capacity_rows", "carbon_cap_row", "committed_columns", "demand_rows", "flow_columns",
            "power_rows", "ramp_rows", "read_solution", "refresh", "route_columns", "structure", "unserved_columns", "write_solution"]
 
-MODULES = (prefill, colocated, decode, routing, latency_tiers, procurement, scaling, resilience, capacity, power,
+MODULES = (prefill, colocated, decode, kvcache, routing, latency_tiers, procurement, scaling, resilience, capacity, power,
            carbon, churn)
 
 
@@ -64,7 +66,8 @@ def structure(inst) -> tuple:
     return (
         tuple((st.id, st.slice, st.regime, st.lost_site, st.weight_hours, st.penalty_hours, st.days) for st in inst.states),
         tuple(sorted((r, a.metro, a.site, a.workload, a.tier) for r, arcs in inst.arcs.items() for a in arcs)),
-        tuple((p.role, p.regime, p.site, p.workload, p.tier, p.gpu, p.speed) for p in inst.pools),
+        tuple((p.role, p.regime, p.site, p.workload, p.tier, p.gpu, p.speed, p.cache_option) for p in inst.pools),
+        tuple(sorted(inst.kv_usd_per_rps_hour.items())),
         tuple(sorted(inst.demand)),
         tuple((key, tuple(sorted(c.committed))) for key, c in sorted(inst.contracts.items())),
         tuple(sorted(key for key, cap in inst.ondemand_max.items() if cap > 0)),

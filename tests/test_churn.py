@@ -35,8 +35,8 @@ def _nodes(plan) -> dict:
 
 
 def _more_demand(tmp_path: Path) -> Path:
-    """tiny.yaml with Chicago's 15:00 demand 90 req/s instead of 40 (two nodes' worth)."""
-    text = TINY.read_text().replace("hour: 15, requests_per_s: 40", "hour: 15, requests_per_s: 90")
+    """tiny.yaml with Chicago's 15:00 demand 120 req/s instead of 40."""
+    text = TINY.read_text().replace("hour: 15, requests_per_s: 40", "hour: 15, requests_per_s: 120")
     out = tmp_path / "more.yaml"
     out.write_text(text)
     return out
@@ -131,7 +131,7 @@ def _added(plan, previous) -> int:
 
 @pytest.mark.parametrize("exact", MODES)
 def test_a_migration_cost_is_paid_once_per_committed_node_added(tmp_path, exact):
-    """Twice the demand: unpriced, the plan moves its committed l40s node from Chicago to Dallas
+    """Three times the demand at the peak: unpriced, the plan moves its committed l40s node from Chicago to Dallas
     (one node added). At $5,000 a node added the plan pays m · (nodes added) with its cold
     starts, and never more than the unpriced plan plus that; at $10 M a node it adds no
     committed node (the growth is rented on demand)."""

@@ -36,7 +36,7 @@ def test_2_bad_input(tmp_path, capsys):
 
 def test_4_time_limit_with_a_plan_written_and_marked(tmp_path, capsys):
     out = tmp_path / "p"
-    code = main(["plan", str(US_EAST), "--exact", "--time-limit", "4", "--allow-unserved", "--out", str(out), "--no-report"])
+    code = main(["plan", str(US_EAST), "--exact", "--time-limit", "8", "--allow-unserved", "--out", str(out), "--no-report"])
     assert code == 4
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "time_limit" and summary["proven_within_gap"] is False

@@ -111,8 +111,8 @@ def test_bounds_are_the_committed_and_peak_replicas_of_every_pool_and_hour(plans
         committed = proc.loc[(b["site"], b["gpu"]), "reserved_nodes"] * per_node[b["gpu"]]
         busiest = (proc.loc[(b["site"], b["gpu"]), "reserved_nodes"]
                    + proc.loc[(b["site"], b["gpu"]), "ondemand_nodes_peak"]) * per_node[b["gpu"]]
-        expect_floor = int(n * min(1.0, committed / u)) if u else 0
-        expect_ceiling = int(n * busiest / u) if u else 0
+        expect_floor = n * min(u, committed) // u if u else 0  # integers: a float product may read 31.999…
+        expect_ceiling = n * busiest // u if u else 0
         assert (b["floor"], b["ceiling"]) == (expect_floor, expect_ceiling), b.to_dict()
         assert b["floor"] <= n <= b["ceiling"]
         checked += n > 0
@@ -173,9 +173,27 @@ def test_a_pool_the_format_cannot_express_is_refused_with_nothing_written(plans,
     assert not out.exists()
 
 
-def test_kv_transfer_rule_warns_and_strict_refuses(plans, capsys):
-    assert main(["export", str(plans / "us-east"), "--to", "llm-d", "--out", str(plans / "kv"), "--strict"]) == 2
-    assert "parallelism.tensor" in capsys.readouterr().err and not (plans / "kv").exists()
+def test_kv_transfer_rule_warns_and_strict_refuses(plans):
+    """A prefill pool at TP 2 handing KV to a decode pool at TP 1 breaks NixlConnector's rule
+    (the decode TP a multiple of the prefill's): a warning, or with --strict a refusal."""
+    from dataclasses import replace
+
+    from optimizer.commands.export.bounds import bounds_table
+    from optimizer.commands.export.common import ExportJob
+    from optimizer.commands.export.llmd import check_kv_transfer
+
+    fleet = read_fleet(plans / "us-east")
+    dep = next(d for d in fleet.deployments() if d.of_role("prefill") and d.of_role("decode"))
+    dep.pools = [replace(p, tp=2 if p.role == "prefill" else 1) for p in dep.pools]
+    at, bounds = fleet.slices[0], bounds_table(fleet)
+    loose = ExportJob(fleet, at, bounds)
+    check_kv_transfer(dep, loose)
+    assert loose.warnings and "TP 2" in loose.warnings[0] and "TP 1" in loose.warnings[0]
+    with pytest.raises(ScenarioError) as refused:
+        check_kv_transfer(dep, ExportJob(fleet, at, bounds, strict=True))
+    assert refused.value.field == "parallelism.tensor"
+    # the plan as written keeps the rule: --strict exports it
+    assert main(["export", str(plans / "us-east"), "--to", "llm-d", "--out", str(plans / "kv"), "--strict"]) == 0
 
 
 def test_a_plan_folder_from_an_older_fleetplan_is_refused(plans, tmp_path, capsys):

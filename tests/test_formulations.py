@@ -122,6 +122,22 @@ def test_colocated_flows_enter_their_tier_only():
     assert all(col not in dict(v) for v in terms.decode_inflow.values())
 
 
+def test_kvcache_holds_each_candidate_for_its_busiest_state_and_prices_it_for_the_year():
+    """s1's prefill pool (0) serves with candidate 0, its colocated pool (1) with candidate 1
+    at $2e-3 an hour per request/s; candidate 0 is free (no column)."""
+    inst = tiny()
+    pools = [replace(p, cache_option=0 if p.id == 0 else 1 if p.id == 1 else -1) for p in inst.pools]
+    inst = replace(inst, pools=pools, kv_usd_per_rps_hour={("k", 0): 0.0, ("k", 1): 2e-3})
+    lp, _ = program(inst)
+    peak = lp.cols["kv_cache_peak"]
+    assert set(peak) == {("s1", "k", 1)}
+    assert cost(lp, peak[("s1", "k", 1)]) == pytest.approx(HOURS_PER_YEAR * 2e-3)
+    for st in (0, 1):
+        coefs, lo, hi = row(lp, "kv_cache_peak", ("s1", "k", 1, st))
+        assert coefs == {lp.cols["colocated_flow"][(1, st)]: 1.0, peak[("s1", "k", 1)]: -1.0} and hi == 0.0
+    assert "kv_cache_peak" not in program(tiny())[0].cols  # no tiers, no block
+
+
 def test_pools_exact_mode_chooses_one_size_with_f_exact():
     lp, _ = program(tiny(), exact=True)
     n, y = lp.cols["prefill_replicas"][(0, 1)], lp.cols["prefill_flow"][(0, 1)]

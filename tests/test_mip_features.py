@@ -111,3 +111,21 @@ def test_a_workloads_own_peak_factor_sizes_its_pools():
         if row.role != "decode" and row.replicas and pd.isna(row.lost_site):
             table = tables[(row.site, row.workload, row.tier, row.config)]
             assert servers_needed(3.0 * row.requests_per_s * (1 - 1e-9), table) <= row.replicas
+
+
+def test_pools_sized_for_the_hour_carry_less_than_for_the_long_run():
+    """`serving.slo_hours_met`: every queueing pool's capacity table f(n) is at most the
+    long run's, and one replica's strictly less; decode pools are untouched."""
+    import numpy as np
+    from instances import tiny_instance
+
+    def tables(inst):
+        return {(p.regime, p.site, p.workload, p.tier, p.role, p.config.id, p.speed, p.queue_budget_ms): p.table
+                for p in inst.pools if p.table is not None}
+
+    long_run = tables(tiny_instance())
+    hourly = tables(tiny_instance(["serving.slo_hours_met=0.9"]))
+    assert long_run.keys() == hourly.keys() and long_run
+    for key, f in long_run.items():
+        assert np.all(hourly[key] <= f * (1 + 1e-12)), key
+        assert hourly[key][0] < f[0] or f[0] == 0, key

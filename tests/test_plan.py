@@ -60,10 +60,6 @@ def test_every_routed_arc_meets_its_objectives(reference_plan):
     assert routed == set(map(tuple, slo[["metro", "workload", "site", "tier"]].to_numpy()))
 
 
-# A colocated config's decode capacity is sized with a chunk in every iteration, its predicted
-# gaps from the lane's utilisation (benchmarks/RESULTS.md, "A plan's own ITL promise"): two models
-# of one pool. With the batch at the balance of decode side and prefill lane the reference's first
-# plan has no arc above its ITL objective (before: one, 63.7 ms against 60); the mismatch is open.
 def test_every_routed_arc_meets_its_itl_objective(reference_plan):
     plan, _ = reference_plan
     slo = plan.tables["slo"]

@@ -136,16 +136,16 @@ def test_without_batching_the_queue_is_erlang_c():
 
 def test_passes_grow_with_load_up_to_a_full_pass():
     """S̄ 10 ms, a full pass of 6 prompts in 30 ms, 4 servers: capacity 4·6/0.03 = 800/s. A
-    pass takes at most the prompts queued, min(Q, k_B): it fills only as the pool saturates."""
+    pass takes at most the prompts queued, min(Q, K): it fills only as the pool saturates."""
     rates = np.array([1.0, 100.0, 300.0, 500.0, 700.0, 790.0, 799.9])
     k = batch_prompts(rates, 4, 0.010, 6.0, 0.030)
     assert k[0] == pytest.approx(1.0, abs=1e-3)
     assert np.all(np.diff(k) > 0) and np.all(k <= 6.0 + 1e-9)
     assert 5.5 < k[-2] < k[-1] < 6.0 and k[-1] == pytest.approx(6.0, abs=0.05)
-    # the fixed point by hand at 790/s: k = 1 − C·u + C·u·(1 − u⁶)/(1 − u), u = λ·S(k)/(n·k)
+    # the fixed point by hand at 790/s: k = 1 − C·u + C·u/(1 − u·v), v = 5/6, u = λ·S(k)/(n·k)
     u = 790.0 * (0.010 + (k[-2] - 1) * 0.004) / (4 * k[-2])
     c = erlang_c(4, 4 * u)
-    assert k[-2] == pytest.approx(1 - c * u + c * u * (1 - u**6) / (1 - u), rel=1e-6)
+    assert k[-2] == pytest.approx(1 - c * u + c * u / (1 - u * 5 / 6), rel=1e-6)
     # beyond a one-at-a-time pool's capacity (400/s) the batching pool still waits finitely
     assert np.isfinite(wait_quantile_s(500.0, 4, 0.010, 0.3, 0.99, 6.0, 0.030))
     assert np.isinf(wait_quantile_s(500.0, 4, 0.010, 0.3, 0.99))
@@ -222,11 +222,11 @@ def test_a_batched_config_serves_more_per_replica_and_its_p99_pass_carries_the_o
 
 @pytest.fixture(scope="module")
 def batching_plans(tmp_path_factory):
-    """tests/data/batching.yaml with a loose (400 ms) and a tight (150 ms) TTFT objective,
+    """tests/data/batching.yaml with a loose (400 ms) and a tight (130 ms) TTFT objective,
     and the loose one with batching not offered."""
     out = tmp_path_factory.mktemp("batching")
     plans = {}
-    for name, overrides in (("loose", []), ("tight", ["workloads.code-completion.ttft_p99_ms=150"]),
+    for name, overrides in (("loose", []), ("tight", ["workloads.code-completion.ttft_p99_ms=130"]),
                             ("unbatched", ["serving.prefill_batch_tokens=[]"])):
         plans[name] = write_plan(make_plan(BATCHING, overrides, exact=True), out / name)
     return plans
@@ -249,8 +249,9 @@ def test_the_plan_batches_short_prompts_where_the_objective_is_loose(batching_pl
 
 
 def test_the_plan_does_not_batch_where_a_full_pass_misses_the_objective(batching_plans):
-    """At 150 ms the pass a prompt may ride in (8,192 tokens, 178 ms on one H100) leaves no
-    queueing budget; one prompt at a time (the p99 prompt: 27 ms) does."""
+    """At 130 ms a full pass (8,192 tokens, 178 ms on one H100) is beyond the objective, and
+    the passes a waiting prompt rides in leave too little for the wait; one prompt at a time
+    (the p99 prompt: 27 ms) does not. (At 150 ms the plan batches, and verify meets it.)"""
     assert set(_prefill(batching_plans["tight"])["prefill_batch_tokens"]) == {0}
 
 

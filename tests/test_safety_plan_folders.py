@@ -155,6 +155,16 @@ def test_an_undamaged_folder_still_works_for_every_command(plan_dir, tmp_path, c
         assert main(argv(d)) in (0, 7), command
 
 
+def test_a_summary_without_its_optional_fields_still_reports(plan_dir, tmp_path):
+    """The scenario's hash is read where present (folder/read.py SUMMARY_OPTIONAL); the
+    report's subtitle leaves it out rather than crash (found by the fuzz below)."""
+    d = tmp_path / "plan"
+    shutil.copytree(plan_dir, d)
+    _edit_json("summary.json", lambda s: s.pop("scenario_sha256"))(d)
+    assert main(["report", str(d)]) == 0
+    assert "sha256" not in (d / "report.html").read_text().split("Annual plan of scenario", 1)[1][:200]
+
+
 def test_a_pool_with_a_residue_of_load_and_no_replicas_reads(plan_dir, tmp_path, capsys):
     """The LP can leave a pool a load of 1e-9 requests/s that whole replicas round to none: the
     folder is the planner's own output and must read (the reference once wrote 5.5e-9)."""

@@ -264,6 +264,15 @@ def test_set_value_is_validated_like_the_file(write_scenario):
     assert "workloads.csv" not in str(err)
 
 
+def test_slo_hours_met_is_a_share_below_one(write_scenario):
+    for bad in ("1", "0.3", "nan"):
+        err = error_of(write_scenario(SMALL), [f"serving.slo_hours_met={bad}"])
+        assert str(err).startswith(f"--set serving.slo_hours_met={bad}: ") and "slo_hours_met" in str(err)
+    s, _ = load_scenario(write_scenario(SMALL), ["serving.slo_hours_met=0.9"])
+    assert s.serving.slo_hours_met == 0.9
+    assert load_scenario(write_scenario(SMALL))[0].serving.slo_hours_met is None  # the long run by default
+
+
 # ----------------------------------------------------------------------------- demand table
 
 

@@ -57,4 +57,4 @@ COST_COLUMNS = {
 COST_LABELS = {"reserved": "reserved", "owned": "owned", "energy": "energy (owned)", "ondemand": "on-demand",
                "ramp": "cold starts", "carbon": "carbon", "egress": "egress"}
 COMMITTED_CATEGORIES = tuple(dict.fromkeys([t.category for t in TERMS] + ["energy"]))  # paid every hour of the year
-COST_CATEGORIES = (*COST_COLUMNS, "egress", "unserved", "tie_break")
+COST_CATEGORIES = (*COST_COLUMNS, "egress", "unserved", "tie_break", "kv_cache")

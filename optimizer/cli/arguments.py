@@ -92,6 +92,7 @@ NOISE_SIGMA = number(0, 2, what="a log-normal σ")
 JITTER_GAPS = number(0, 1e6, what="a number of mean gaps")
 HOLDOUT = number(0, 0.95, what="a share of the points")
 COUNT = number(1, 10_000_000, integer=True, what="a whole number")
+REUSE_WINDOW = number(0, 8.64e5, low_open=True, what="seconds (at most ten days)")
 
 
 def scheduler(text: str) -> str:
@@ -303,7 +304,8 @@ def operate(op) -> None:
 def log_format(p) -> None:
     p.add_argument("--columns", metavar="FIELD=COLUMN,…",
                    help="the logs' columns, e.g. prompt=ContextTokens,output=GeneratedTokens,timestamp=TIME:%%d/%%m/%%Y "
-                        "%%H:%%M; fields: timestamp, prompt, output, metro, workload, cached (default: usual names)")
+                        "%%H:%%M; fields: timestamp, prompt, output, metro, workload, cached, prefix_id, session_id, "
+                        "prefix_tokens (default: usual names)")
     p.add_argument("--tz", help="time zone of naive timestamps in the logs, e.g. Europe/Paris (default UTC)")
 
 
@@ -321,6 +323,9 @@ def demand(dm) -> None:
     dm.add_argument("--fill", choices=["profile", "none"], default="profile",
                     help="hours of the day the log does not cover: from the workload's diurnal profile anchored to "
                          "the covered hours (default), or left at zero")
+    dm.add_argument("--reuse-window", type=REUSE_WINDOW, default=3600.0, metavar="S",
+                    help="logs with prefix or session ids: a prefix used again within S seconds is a reuse, and only "
+                         "requests after the log's first S seconds are counted (default 3600)")
 
 
 def mapping(what: str):

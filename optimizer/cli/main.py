@@ -342,7 +342,7 @@ def cmd_demand(args) -> int:
     else:
         raise ScenarioError("give the request logs: --from-trace [WORKLOAD=]FILE …, or a scenario with a traces "
                             "section", field="--from-trace")
-    derived = derive(specs, DAYS_PER_YEAR / len(s.horizon.periods))
+    derived = derive(specs, DAYS_PER_YEAR / len(s.horizon.periods), args.reuse_window)
     for w in derived.warnings:
         print(f"warning: {w}", file=sys.stderr)
     out = None

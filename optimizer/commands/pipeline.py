@@ -20,9 +20,9 @@ from optimizer.geography.network import build_graph, rtt_matrix
 from optimizer.instance.build import Instance, build_instance
 from optimizer.instance.checks import preflight
 from optimizer.instance.churn import limits_from
-from optimizer.instance.kvcache import size_kv_cache, with_kv_cache
+from optimizer.instance.kvcache import cache_choice, cache_options, with_kv_cache
 from optimizer.results import Plan
-from optimizer.results.kvcache import kv_cache_summary
+from optimizer.results.kvcache import kv_cache_summary, served_requests
 from optimizer.results.robust import to_nominal_world
 from optimizer.results.summary import plan_summary
 from optimizer.results.tables import plan_tables
@@ -170,19 +170,29 @@ def plan_instance(s: Scenario, raw: RawScenario, settings: SolverSettings, *, al
 def _plan_instance(s: Scenario, raw: RawScenario, settings: SolverSettings, *, allow_unserved, progress, cache,
                    previous, predictions) -> tuple[Plan, Instance]:
     say = progress or (lambda msg: None)
-    sized = size_kv_cache(s)  # KV-cache tiers (kv_cache:): the hit rates the plan runs with
+    # KV-cache tiers (kv_cache:): candidate caches the plan chooses among; the pre-solve optimum
+    # gives the decode side and the checks their workloads
+    both = cache_options(s)
+    written, sized = s, None if both is None else both[1]
     s = with_kv_cache(s, sized)
     preflight(s, raw)
     rtt = rtt_matrix(build_graph(s, raw.path.parent), s)
-    inst = build_instance(s, rtt)
-    inst = replace(inst, churn=limits_from(s.churn, previous, inst.site_gpus))
-    say(f"instance: {len(inst.metros)} metros, {len(inst.sites)} sites, {len(inst.states)} states, "
-        f"{len(inst.pools)} pools, {sum(len(a) for a in inst.arcs.values())} routing arcs")
-    result = solve(inst, settings, progress, cache)
+
+    def planned(options):
+        inst = build_instance(s, rtt, None if options is None else cache_choice(written, options))
+        inst = replace(inst, churn=limits_from(s.churn, previous, inst.site_gpus))
+        say(f"instance: {len(inst.metros)} metros, {len(inst.sites)} sites, {len(inst.states)} states, "
+            f"{len(inst.pools)} pools, {sum(len(a) for a in inst.arcs.values())} routing arcs")
+        return inst, solve(inst, settings, progress, cache)
+
+    options = None if both is None else both[0]
+    inst, result = planned(options)
+    if options is not None:
+        options, inst, result = consolidated(options, inst, result, planned, say)
     tables = plan_tables(s, inst, result, predictions)
     summary = plan_summary(s, raw, inst, result, tables, settings)
-    if sized is not None:
-        summary["kv_cache"] = kv_cache_summary(s, sized, inst, tables["routing"], summary["total_cost_usd"])
+    if options is not None:
+        summary["kv_cache"] = kv_cache_summary(s, options, inst, result.solution, summary["total_cost_usd"])
     if summary["unserved_fraction"] > UNSERVED_TOLERANCE and not allow_unserved:
         if result.status == "time_limit":
             raise TimeLimitNoPlanError(
@@ -191,6 +201,25 @@ def _plan_instance(s: Scenario, raw: RawScenario, settings: SolverSettings, *, a
                 "mode for large scenarios (--master)")
         raise InfeasibleError(diagnose(s, inst, result.solution, rtt))
     return Plan(summary, tables, raw.data, raw.files()), inst
+
+
+def consolidated(options: dict, inst: Instance, result, planned, say) -> tuple[dict, Instance, object]:
+    """The plan among candidate caches, consolidated: the program may split a tier's requests
+    among candidates, and each share gets pools of its own — smaller pools, which queue
+    worse once made whole. So the scenario is planned again with, per workload, the
+    cheapest candidate and the one serving most of its requests, and the cheaper whole plan
+    (cost with the tiers and the unserved penalty) is kept; ties keep the first. Returns
+    (the candidates the kept plan chose among, its instance, its result)."""
+    served = served_requests(inst, result.solution.flows)
+    kept = {}
+    for k, o in options.items():
+        main = max(range(len(o)), key=lambda i: (served.get((k, i), 0.0), -i))
+        kept[k] = tuple(o[i] for i in sorted({0, main}))
+    if all(len(kept[k]) == len(o) for k, o in options.items()):
+        return options, inst, result
+    again, second = planned(kept)
+    say(f"KV-cache candidates consolidated: ${second.objective_usd:,.0f} against ${result.objective_usd:,.0f} with all of them")
+    return (kept, again, second) if second.objective_usd < result.objective_usd else (options, inst, result)
 
 
 def replan(plan_dir: str | Path, *, progress=None, allow_unserved=False) -> Plan:

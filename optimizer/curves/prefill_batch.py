@@ -52,11 +52,15 @@ def pass_time_s(replica: Replica, tokens, cached_tokens) -> float:
     `roofline.prefill_time_s(replica, s, c, prompts=k)`."""
     s = np.atleast_1d(np.asarray(tokens, dtype=float))
     c = np.minimum(np.atleast_1d(np.asarray(cached_tokens, dtype=float)), s)
-    new = s - c
+    return pass_of_s(replica, float(np.sum(s - c)), float(np.sum(attention_flops(replica.model, s, c))))
+
+
+def pass_of_s(replica: Replica, new_tokens: float, attention: float) -> float:
+    """A pass of ``new_tokens`` new tokens in all, its prompts' attention adding up to
+    ``attention`` FLOPs (`roofline.attention_flops`, before the attention factor)."""
     eff = replica.eff
-    flops = float(np.sum(linear_flops(replica.model, new, eff.moe_load_factor)
-                         + eff.attention_factor * attention_flops(replica.model, s, c)))
-    total = max(float(new.sum()), 1.0)
+    flops = float(linear_flops(replica.model, new_tokens, eff.moe_load_factor)) + eff.attention_factor * attention
+    total = max(new_tokens, 1.0)
     compute = flops / (replica.gpus * replica.hw.dense_flops_per_s * float(prefill_efficiency(eff, total)))
     memory = replica.weight_bytes / (replica.gpus * replica.hw.hbm_bytes_per_s * eff.decode_mbu)
     return float(pass_overhead_s(replica) + smooth_max(compute, memory, eff.roofline_sharpness)
@@ -137,18 +141,23 @@ def full_pass(new_tokens, probability, budget_tokens: float) -> tuple[float, flo
 
 @lru_cache(maxsize=256)
 def _packing(lengths: LengthDistribution, hit_rate: float, cached_on_hit: float, budget_tokens: int):
-    """(k_B, T_B, mean cached tokens per prompt) of a workload's prompts (no replica in it)."""
+    """(k_B, T_B, mean cached tokens per prompt, the prompt law `new_token_law`) of a
+    workload's prompts (no replica in it)."""
     new, prob, cached = new_token_law(lengths, hit_rate, cached_on_hit)
     prompts, tokens = full_pass(new, prob, budget_tokens)
-    return prompts, tokens, float(np.dot(prob, cached) / prob.sum())
+    return prompts, tokens, float(np.dot(prob / prob.sum(), cached)), (new, prob, cached)
 
 
 def full_pass_s(replica: Replica, lengths: LengthDistribution, hit_rate: float, cached_on_hit: float,
                 budget_tokens: int) -> tuple[float, float]:
-    """(k_B, S_B): the mean prompts of a full pass (`full_pass`) and its time in seconds — a
-    pass of k_B prompts of the full pass's mean new tokens and the mix's mean cached ones."""
-    prompts, tokens, cached = _packing(lengths, hit_rate, cached_on_hit, int(budget_tokens))
-    return prompts, float(prefill_time_s(replica, tokens / prompts + cached, cached, prompts=prompts))
+    """(k_B, S_B): the mean prompts of a full pass (`full_pass`) and its time in seconds —
+    `pass_time_s` of T_B new tokens whose attention is k_B times a prompt's mean one,
+    k_B·E[attention(s, c)] over the prompt law. Each prompt rides in one pass, so by
+    renewal–reward a pass carries on average k_B prompts' worth of every per-prompt term;
+    attention grows with s², so timing a pass at the mean length would miss E[s²] − E[s]²."""
+    prompts, tokens, _, (new, prob, cached) = _packing(lengths, hit_rate, cached_on_hit, int(budget_tokens))
+    attention = prompts * float(np.dot(prob / prob.sum(), attention_flops(replica.model, new + cached, cached)))
+    return prompts, pass_of_s(replica, tokens, attention)
 
 
 def p99_pass_s(replica: Replica, lengths: LengthDistribution, hit_rate: float, cached_on_hit: float,
@@ -157,11 +166,10 @@ def p99_pass_s(replica: Replica, lengths: LengthDistribution, hit_rate: float, c
     beside it, or alone when it alone fills it — max(alone, that pass). The first prompt of a
     batch waits for the others' tokens; this is that wait, at its worst."""
     alone = float(prefill_time_s(replica, p99_tokens, p99_cached))
-    cached = _packing(lengths, hit_rate, cached_on_hit, int(budget_tokens))[2]
+    _, _, cached, (new, prob, _) = _packing(lengths, hit_rate, cached_on_hit, int(budget_tokens))
     room = budget_tokens - (p99_tokens - p99_cached)
     if room <= 0:
         return alone
-    new, prob, _ = new_token_law(lengths, hit_rate, cached_on_hit)
     mean_new = float(np.dot(prob, new) / prob.sum())
     others = room / mean_new  # prompts of the mean new tokens that fill the rest of the budget
     share = others - np.floor(others)

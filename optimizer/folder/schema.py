@@ -84,6 +84,10 @@ TABLE_COLUMNS: dict[str, tuple[Column, ...]] = {
         _text("gpu"), _text("config"), _int("gpus_per_replica", 1, 100_000), *SLICE, _text("lost_site", empty=True),
         _int("replicas", 0, MAX_REPLICAS), _float("requests_per_s", 0, MAX_RATE), _float("p99_wait_ms", 0, MAX_MS),
         _float("queue_budget_ms", -MAX_MS, MAX_MS, empty=True),
+        # KV-cache tiers: the candidate cache a prefill or colocated pool serves with and its hit
+        # rate (`optimizer.instance.kvcache`); absent from plans without tiers
+        Column("cache_option", "int", -1, 1000, default=-1, sparse=True),
+        Column("cache_hit_rate", "float", 0.0, 1.0, default=0.0, sparse=True),
     ),
     "routing": (
         _text("metro"), _text("site"), _text("workload"), _int("tier", 0, 1000), *SLICE,
@@ -105,6 +109,7 @@ TABLE_COLUMNS: dict[str, tuple[Column, ...]] = {
         _float("weights_gb_per_gpu", 0, 1e6), _int("max_concurrency", 0, 100_000_000), _float("input_share", 0, 1),
         _float("service_mean_ms", 0, MAX_MS), _float("nic_gb_s", 0, 1e6),
         Column("prefill_batch_tokens", "int", 0, 10_000_000, default=0),
+        Column("service_third_ratio", "float", 0, 1e12, default=0.0),  # 0 in folders written before it
         # empty in folders written before precisions were a choice: the workload's own
         *(Column(name, "text", empty=True, default="") for name in ("weight_dtype", "kv_dtype")),
         # expert-parallel configs only (serving.expert_parallel): plans without them keep their tables

@@ -47,6 +47,7 @@ from optimizer.curves.economics import owned_usd_per_node_hour
 from optimizer.geography.demand import build_demand, build_slices, profile_at
 from optimizer.instance.churn import ChurnLimits
 from optimizer.instance.fleet import OWNED_TERM, FleetYear, fleet_year
+from optimizer.instance.kvcache import CacheChoice
 from optimizer.instance.pools import (
     Handoff,
     Pool,
@@ -153,6 +154,10 @@ class Instance:
     # the fleet the plan starts from: nodes of each existing term there all year (`instance.fleet`)
     existing_nodes: dict[tuple[str, str, str], int] = field(default_factory=dict)
     churn: ChurnLimits | None = None  # a previous fleet and the limits on moving from it (None: none)
+    # KV-cache tiers: (workload, candidate cache) → the tiers' $ an hour per request/s at a site's
+    # peak (`instance.kvcache`; empty without tiers)
+    kv_usd_per_rps_hour: dict[tuple[str, int], float] = field(default_factory=dict)
+    kv_hit_rate: dict[tuple[str, int], float] = field(default_factory=dict)  # same key → the candidate's hit rate
     # What the formulation reads of fleetplan's vocabulary, through this contract (formulations/
     # imports nothing of optimizer/): the cost categories it may write, the hours a committed
     # node is paid for, and the unit conversions of its coefficients.
@@ -181,8 +186,10 @@ class Instance:
         ]
 
 
-def build_instance(s: Scenario, rtt: pd.DataFrame) -> Instance:
-    """Scenario + RTT matrix (metros × sites, ms) → Instance."""
+def build_instance(s: Scenario, rtt: pd.DataFrame, caches: CacheChoice | None = None) -> Instance:
+    """Scenario + RTT matrix (metros × sites, ms) → Instance. ``caches``: the workloads'
+    candidate KV caches (`kvcache.cache_choice`), whose prefill and colocated pools are built
+    once per candidate (`cache_tier_pools`); None: the scenario's own pools."""
     slices = build_slices(s)
     demand_df = build_demand(s, slices)
     demand = {(r.metro, r.workload, int(r.slice)): float(r.requests_per_s) for r in demand_df.itertuples() if r.requests_per_s > 0}
@@ -223,7 +230,10 @@ def build_instance(s: Scenario, rtt: pd.DataFrame) -> Instance:
                 decode_pools[(site, k, h)] = [factory.add("decode", NOMINAL, site, k, -1, c, speed=h)
                                               for _, c in sorted(decode.items())]
 
-    tier_pools = best_tier_pools(s, factory, configs, gpus_at, handoff, regimes, Stages(s))
+    if caches is None:
+        tier_pools = best_tier_pools(s, factory, configs, gpus_at, handoff, regimes, Stages(s))
+    else:
+        tier_pools = cache_tier_pools(caches, factory, gpus_at, handoff, regimes, _peak_load(s, demand_df))
     arcs, unreachable = _arcs(s, rtt, tier_pools, regimes)
     states = _states(s, slices, peak_slice, site_gpus)
     fleet = fleet_year(s)
@@ -253,7 +263,24 @@ def build_instance(s: Scenario, rtt: pd.DataFrame) -> Instance:
         handoff_ms=handoff_ms, transfer_ms=transfer, unreachable=unreachable,
         carbon_kg_per_node_hour=_carbon_kg_per_node_hour(s, slices, site_gpus),
         carbon_usd_per_t=s.carbon.price_usd_per_t, carbon_cap_t=s.carbon.cap_t_per_year,
+        kv_usd_per_rps_hour=dict(caches.usd_per_rps_hour) if caches is not None else {},
+        kv_hit_rate=dict(caches.hit_rate) if caches is not None else {},
     )
+
+
+def cache_tier_pools(caches: CacheChoice, factory: PoolFactory, gpus_at, handoff, regimes,
+                     peak_load: dict[str, float]) -> dict[tuple, list[int]]:
+    """`best_tier_pools` once per candidate cache i, from the scenario of the workloads as
+    candidate i gives them (`kvcache.CacheChoice`), into one list of pools: the pools of
+    every candidate of a (regime, site, workload, tier) serve it side by side, each marked
+    with its candidate (`Pool.cache_option`)."""
+    out: dict[tuple, list[int]] = defaultdict(list)
+    for i, si in enumerate(caches.scenarios):
+        made = PoolFactory(si, peak_load, factory.pools, cache_option=i)
+        for key, ids in best_tier_pools(si, made, admissible_configs(si), gpus_at, handoff, regimes,
+                                        Stages(si)).items():
+            out[key].extend(ids)
+    return dict(out)
 
 
 PENALTY_MARGIN = 1.25  # the unserved penalty's floor over the costliest way to serve a request

@@ -13,9 +13,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import norm
 
 from optimizer.base.spot import is_spot
-from optimizer.base.units import MS_PER_S, Regime, Role
+from optimizer.base.units import MS_PER_S, SECONDS_PER_HOUR, Regime, Role
 from optimizer.curves.queueing import slo_capacity_rps
 from optimizer.curves.tail import Law, SlackTable, compress, quantile_s, slack_table, stack
 from optimizer.curves.transfer import kv_transfer_time_s
@@ -51,6 +52,7 @@ class Pool:
     decode_rps: float = 0.0
     speed: int = -1  # disaggregated pools: the decode speed class (prefill feeds decode of its class)
     peak_to_mean: float = 1.0  # the workload's intra-hour peak factor: the pool is sized for mean load × this
+    cache_option: int = -1  # prefill/colocated with KV-cache tiers: the workload's candidate cache it serves with
 
     @property
     def gpus(self) -> int:
@@ -106,6 +108,13 @@ def _capacity_args(c: ServingConfig) -> tuple[float, float]:
     return batching.get("full_prompts", 1.0), batching.get("full_pass_s", c.service_mean_s)
 
 
+def hour_window(s: Scenario) -> dict[str, float]:
+    """The window arguments of `curves.queueing.slo_capacity_rps`: an hour at the standard
+    normal quantile of ``serving.slo_hours_met`` (none: the long run)."""
+    met = s.serving.slo_hours_met
+    return {} if met is None else {"window_s": SECONDS_PER_HOUR, "window_z": float(norm.ppf(met))}
+
+
 def _per_gpu_scores(options: list[Option], s: Scenario) -> np.ndarray:
     """Requests/s per GPU of a pool of REFERENCE_POOL_REPLICAS replicas of each option at its
     tier's budget (colocated: also limited by its decode side) — how configs compete."""
@@ -121,6 +130,7 @@ def _per_gpu_scores(options: list[Option], s: Scenario) -> np.ndarray:
         s.serving.prefill_max_utilization,
         np.array([s.workloads[o.config.workload].slo_attainment for o in options]),
         args[:, 0], args[:, 1], law=np.arange(len(options)),
+        service_third_ratio=np.array([o.config.service_third_ratio for o in options]), **hour_window(s),
     ) / n
     decode = np.array([o.config.decode_rps if o.config.role == Role.COLOCATED else np.inf for o in options])
     gpus = np.array([o.config.gpus for o in options], dtype=float)
@@ -131,10 +141,12 @@ class PoolFactory:
     """Builds pools; SLO capacity tables are made for many options at once (`prepare`) and
     kept by (config, budget, hand-off)."""
 
-    def __init__(self, s: Scenario, peak_load: dict[str, float]):
+    def __init__(self, s: Scenario, peak_load: dict[str, float], pools: list[Pool] | None = None,
+                 cache_option: int = -1):
         self.s = s
         self.peak_load = peak_load
-        self.pools: list[Pool] = []
+        self.pools: list[Pool] = [] if pools is None else pools  # shared by the factories of one instance
+        self.cache_option = cache_option  # the candidate cache ``s`` is the scenario of (-1: none)
         self._tables: dict[tuple, np.ndarray] = {}
 
     def _size(self, c: ServingConfig) -> int:
@@ -157,7 +169,8 @@ class PoolFactory:
             np.array([o.config.service_scv for o in todo])[which], stack([o.slack for o in todo]),
             self.s.serving.prefill_max_utilization,
             np.array([self.s.workloads[o.config.workload].slo_attainment for o in todo])[which],
-            args[which, 0], args[which, 1], law=which)
+            args[which, 0], args[which, 1], law=which,
+            service_third_ratio=np.array([o.config.service_third_ratio for o in todo])[which], **hour_window(self.s))
         for o, table in zip(todo, np.split(caps, np.cumsum(sizes)[:-1])):
             table.setflags(write=False)
             self._tables[(o.config.id, o.key)] = table
@@ -168,7 +181,7 @@ class PoolFactory:
             self.prepare([option])
             table, queue_ms = self._tables[(c.id, option.key)], option.queue_ms
         self.pools.append(Pool(len(self.pools), role, regime, site, k, tier, c.gpu, c, queue_ms or 0.0, table,
-                               c.decode_rps, speed, self.s.peak_to_mean(k)))
+                               c.decode_rps, speed, self.s.peak_to_mean(k), self.cache_option))
         return len(self.pools) - 1
 
 

@@ -348,27 +348,29 @@ def _add_entries(out: Prediction, s, configs, entries) -> None:
 
 
 def _waits(s, configs, entries, colocated) -> list[tuple[float, float, float]]:
-    """(C, θ, m_q) of each entry pool, one vectorised `wait_law` call; a colocated lane's
-    service time is its prompts' lane time at the settled batch."""
+    """(C, θ, m_q) of each entry pool, one vectorised `wait_law` call at its workload's
+    attainment; a colocated lane's service time is its prompts' lane time at the settled batch."""
     rows = []
     for i, (_, row, _, _) in enumerate(entries):
         c = configs.get(row.config)
         lam = s.peak_to_mean(row.workload) * row.requests_per_s
+        q = s.workloads[row.workload].slo_attainment
         if c is None or row.replicas <= 0:
-            rows.append((1.0, 1.0, 1.0, 0.0, 1.0, 1.0))
+            rows.append((1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0, q))
         elif i in colocated:
             lane = colocated[i][2].alone
             mean = float(np.dot(lane.values_s, lane.probs))
             scv = max(float(np.dot(lane.values_s ** 2, lane.probs)) / mean ** 2 - 1.0, 0.0)
-            rows.append((lam, row.replicas, mean, scv, 1.0, mean))
+            third = float(np.dot(lane.values_s ** 3, lane.probs)) / mean ** 3
+            rows.append((lam, row.replicas, mean, scv, 1.0, mean, third, q))
         else:
             batching = c.batching()
             rows.append((lam, row.replicas, c.service_mean_s, c.service_scv, batching.get("full_prompts", 1.0),
-                         batching.get("full_pass_s", c.service_mean_s)))
+                         batching.get("full_pass_s", c.service_mean_s), c.service_third_ratio, q))
     if not rows:
         return []
     a = np.array(rows, dtype=float).T
-    law_ = wait_law(a[0], a[1], a[2], a[3], a[4], a[5])
+    law_ = wait_law(a[0], a[1], a[2], a[3], a[4], a[5], service_third_ratio=a[6], quantile=a[7])
     return list(zip(law_.waits.tolist(), law_.rate_per_s.tolist(), law_.queued.tolist()))
 
 
@@ -418,6 +420,8 @@ def arc_table(s, configs, pools: pd.DataFrame, routes: pd.DataFrame) -> pd.DataF
     for r in worst.sort_values(arcs).itertuples(index=False):
         w = s.workloads[r.workload]
         key = (r.site, r.workload, int(r.tier), r.period, r.day_type, int(r.hour))
+        if key not in prediction.tiers:  # a solver's residue (1e-8 requests/s) into a tier no pool serves
+            continue
         parts = prediction.path(key, r.rtt_ms, r.ttft_p99_ms, r.stages_ms)
         out.append({"metro": r.metro, "workload": r.workload, "site": r.site, "tier": int(r.tier),
                     "ttft_p99_ms_predicted": parts.total_ms, "ttft_p99_ms_objective": w.ttft_p99_ms,

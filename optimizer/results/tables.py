@@ -37,11 +37,12 @@ def _pool_waits_ms(s: Scenario, inst: Instance, sol) -> list[float]:
         queues = p.table is not None and n > 0
         rows.append((p.peak_to_mean * sol.flows.get((pid, sid), 0.0) if queues else 0.0, max(n, 1),
                      c.service_mean_s if queues else 1.0, c.service_scv, s.workloads[p.workload].slo_attainment,
-                     batching.get("full_prompts", 1.0), batching.get("full_pass_s", c.service_mean_s or 1.0)))
+                     batching.get("full_prompts", 1.0), batching.get("full_pass_s", c.service_mean_s or 1.0),
+                     c.service_third_ratio))
     if not rows:
         return []
     a = np.array(rows, dtype=float).T
-    return (wait_quantile_s(a[0], a[1], a[2], a[3], a[4], a[5], a[6]) * MS_PER_S).tolist()
+    return (wait_quantile_s(a[0], a[1], a[2], a[3], a[4], a[5], a[6], service_third_ratio=a[7]) * MS_PER_S).tolist()
 
 
 def plan_tables(s: Scenario, inst: Instance, result: SolveResult, predictions: bool = True) -> dict[str, pd.DataFrame]:
@@ -59,6 +60,8 @@ def plan_tables(s: Scenario, inst: Instance, result: SolveResult, predictions: b
             "replicas": n, "requests_per_s": load,
             "p99_wait_ms": wait_ms,
             "queue_budget_ms": p.queue_budget_ms if p.table is not None else None,
+            **({"cache_option": p.cache_option, "cache_hit_rate": inst.kv_hit_rate.get((p.workload, p.cache_option), 0.0)}
+               if inst.kv_hit_rate else {}),  # KV-cache tiers only: a plan without them keeps its columns
         })
     routing = []
     rtt = rtt_lookup(inst)

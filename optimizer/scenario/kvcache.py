@@ -7,9 +7,14 @@ Opt-in: without the section (or with ``tiers: []``) the prompt cache is each wor
       tiers: [hbm, dram, nvme, store]          # rows of data/kv_tiers.csv, fastest first
       # tiers: [{id: nvme, usd_per_gb_month: 0.05}]   a shipped row with fields replaced
       workloads: {chat: {median_reuse_s: 300}}  # data/kv_reuse.csv's row with fields replaced
+      reuse: demand/kv_reuse.csv               # rows derived from request logs (`fleetplan demand`)
 
-the tiers are sized per workload before the solve (`optimizer.instance.kvcache`) and the
-hit rate they give replaces the workload's own.
+the plan chooses each workload's tier capacities among candidates generated before the solve
+(`optimizer.instance.kvcache`, `formulations.kvcache`), and the hit rate they give replaces
+the workload's own. A ``reuse`` file (relative to the scenario,
+data/kv_reuse.csv's columns) is read when the scenario is loaded into ``workloads``
+(`inline_reuse_file`): its non-empty fields replace the shipped row's, the section's own
+``workloads`` fields replace the file's.
 """
 
 from __future__ import annotations
@@ -19,10 +24,10 @@ from functools import cache
 from pathlib import Path
 
 import pandas as pd
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 
-from optimizer.base.errors import ScenarioError
-from optimizer.base.sources import shipped_data_dir
+from optimizer.base.errors import Origin, ScenarioError, unknown_id_message
+from optimizer.base.sources import read_csv, shipped_data_dir
 from optimizer.scenario.fields import Strict, bounded, fraction_before
 
 TIERS_FILE = "kv_tiers.csv"
@@ -136,3 +141,45 @@ def resolved_reuse(kv: KvCache, workloads) -> dict[str, Reuse]:
         out[k] = Reuse(**{f: float(getattr(spec, f) if getattr(spec, f) is not None else base[f])
                           for f in Reuse.__dataclass_fields__})
     return out
+
+
+def inline_reuse_file(section: dict, yaml_path: Path, workloads, origin: Origin) -> dict:
+    """The ``kv_cache`` section (plain data) with its ``reuse`` file read into ``workloads``:
+    per workload row, the file's non-empty fields under the section's own. A bad file is
+    refused with its file, line and field."""
+    name = section.get("reuse")
+    if not isinstance(name, str) or not name:
+        raise ScenarioError(f"expected the path of a kv_reuse.csv relative to the scenario, got {name!r}", origin,
+                            field="kv_cache.reuse")
+    path = yaml_path.parent / name
+    if not path.is_file():
+        what = "a folder" if path.is_dir() else "not a regular file" if path.exists() else "no such file"
+        raise ScenarioError(f"{what}: {path} (expected a kv_reuse.csv, e.g. one written by fleetplan demand)", origin,
+                            field="kv_cache.reuse")
+    fields = list(ReuseSpec.model_fields)
+    table = read_csv(path, ["workload"], [*fields, "source", "as_of", "assumed_fields"])
+    if not table.rows:
+        raise ScenarioError("the file has a header and no workload rows (a truncated file?); expected one row per "
+                            "workload", Origin(str(path), 2), field="workload")
+    rows: dict[str, dict] = {}
+    for row in table.rows:
+        workload = row.values.get("workload")
+        if workload not in workloads:
+            raise ScenarioError(unknown_id_message("workload", workload, workloads) + " (of the scenario)", row.origin,
+                                field="workload")
+        if workload in rows:
+            raise ScenarioError(f"workload '{workload}' has a second row; expected one row per workload", row.origin,
+                                field="workload")
+        try:
+            spec = ReuseSpec.model_validate({k: row.values[k] for k in fields if row.values.get(k) is not None})
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field_name = str(err["loc"][0])
+            raise ScenarioError(f"{err['msg']} ({ReuseSpec.model_fields[field_name].description})", row.origin,
+                                field=field_name) from None
+        rows[workload] = spec.model_dump(exclude_none=True)
+    inline = section.get("workloads") or {}
+    if not isinstance(inline, dict):
+        return section  # the section's validation names it
+    merged = {k: {**rows.get(k, {}), **(inline.get(k) or {})} for k in sorted(set(rows) | set(inline))}
+    return {**{k: v for k, v in section.items() if k != "reuse"}, "workloads": merged}

@@ -24,6 +24,7 @@ from optimizer.base.errors import (
 from optimizer.base.sources import LineDict, Row, read_csv, read_yaml
 from optimizer.scenario.calibration.files import calibration_data
 from optimizer.scenario.fleet import FleetRow
+from optimizer.scenario.kvcache import inline_reuse_file
 from optimizer.scenario.sections import DemandRow, MixRow
 from optimizer.scenario.tables import (
     DATA_DIR,
@@ -309,6 +310,17 @@ def _read_rows_section(value, yaml_path: Path, name: str, warnings: list[str], l
                         Origin(str(yaml_path), _line(value, line)), field=f"{section}.{name}")
 
 
+def _section_files(data: dict, yaml_path: Path, origins: dict) -> None:
+    """Section fields naming files relative to the scenario."""
+    graph = data["network"].get("graph")
+    if isinstance(graph, str) and graph:
+        # recorded absolute, so that a plan folder's scenario.json replans from anywhere
+        data["network"]["graph"] = str((yaml_path.parent / graph).resolve())
+    if "reuse" in data["kv_cache"]:  # a kv_reuse.csv of `fleetplan demand`, recorded by its content
+        data["kv_cache"] = inline_reuse_file(data["kv_cache"], yaml_path, data["workloads"],
+                                             origins[("kv_cache", "reuse")])
+
+
 def load_raw(path: str | Path | None = None) -> RawScenario:
     """Read a scenario file (default: the embedded reference scenario) into plain data."""
     yaml_path = scenario_path(path)
@@ -365,10 +377,7 @@ def load_raw(path: str | Path | None = None) -> RawScenario:
         for key in section:  # an error names the line of the field itself
             origins[(name, str(key))] = Origin(str(yaml_path), _key_line(section, key), f"section '{name}'")
         data[name] = plain(section)
-    graph = data["network"].get("graph")
-    if isinstance(graph, str) and graph:
-        # recorded absolute, so that a plan folder's scenario.json replans from anywhere
-        data["network"]["graph"] = str((yaml_path.parent / graph).resolve())
+    _section_files(data, yaml_path, origins)
     demand = doc.get("demand") or {}
     for part in ("table", "mix"):
         rows = _read_rows_section(demand.get(part), yaml_path, part, warnings, _key_line(demand, part))

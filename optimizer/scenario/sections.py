@@ -236,6 +236,11 @@ class Serving(Strict):
                                             why="a minute is the longest inter-token objective")
     prefill_max_utilization: float = bounded(0.85, ge=0.05, lt=1, description="cap on prefill pool utilisation",
                                              why="a queue at 100 % grows without bound")
+    slo_hours_met: float | None = bounded(
+        None, ge=0.5, lt=1,
+        description="size queueing pools so that one hour's own p99 meets the objective in this share of hours, "
+                    "as verify judges an hour (null: the long-run p99)",
+        why="below half, the long run is the stricter; at 1, no finite pool")
     decode_max_utilization: float = bounded(0.85, ge=0.05, le=1,
                                             description="share of decode slots a plan may fill on average")
     decode_speeds: list[float] = bounded(

@@ -1,6 +1,6 @@
 """Where a request log is and how to read it.
 
-A log has one row per request. Its columns map to six fields:
+A log has one row per request. Its columns map to nine fields:
 
     timestamp  arrival time (required): epoch seconds/ms/µs/ns, ISO 8601 with or without a
                zone, or any format strftime can describe (``timestamp=TIME:%d/%m/%Y %H:%M``)
@@ -9,6 +9,12 @@ A log has one row per request. Its columns map to six fields:
     metro      the users' metro (optional; else the spec's metro)
     workload   the workload/service (optional; else the spec's workload)
     cached     prompt tokens served from a prefix cache (optional)
+    prefix_id  an id or hash of the request's shared prefix: a system prompt, a document (optional)
+    session_id a conversation: a later turn reuses the earlier turns' prompt and output (optional)
+    prefix_tokens  the length of the shared prefix, tokens (optional, with a prefix or session id)
+
+With a prefix or session id, `fleetplan demand` derives each workload's prefix reuse
+(`optimizer.commands.traces.reuse`); with both, the prefix id is the one used.
 
 A mapping comes from ``--columns prompt=ContextTokens,output=GeneratedTokens`` or a
 scenario's ``traces`` section; columns it leaves out are found by their usual names
@@ -24,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from optimizer.base.errors import Origin, ScenarioError, unknown_id_message
 
-FIELDS = ("timestamp", "prompt", "output", "metro", "workload", "cached")
+FIELDS = ("timestamp", "prompt", "output", "metro", "workload", "cached", "prefix_id", "session_id", "prefix_tokens")
 REQUIRED = ("timestamp", "prompt", "output")
 RECOGNISED = {
     "timestamp": ("timestamp", "time", "arrival_time"),
@@ -33,6 +39,9 @@ RECOGNISED = {
     "metro": ("metro", "region"),
     "workload": ("workload", "service"),
     "cached": ("cached_tokens", "cached_prefix_tokens"),
+    "prefix_id": ("prefix_id", "prefix_hash", "system_prompt_id"),
+    "session_id": ("session_id", "conversation_id"),
+    "prefix_tokens": ("prefix_tokens", "shared_prefix_tokens"),
 }
 
 
@@ -69,6 +78,9 @@ class TraceSpec:
                 raise ScenarioError(
                     f"no {name} column: the header has {', '.join(header)}; expected one of "
                     f"{', '.join(RECOGNISED[name])} or a mapping such as --columns {name}=COLUMN", origin, field=name)
+        if "prefix_tokens" in out and not {"prefix_id", "session_id"} & set(out):
+            raise ScenarioError(f"a prefix_tokens column ('{out['prefix_tokens']}') needs a prefix_id or session_id "
+                                "column saying which requests share the prefix", origin, field=out["prefix_tokens"])
         return out
 
 

@@ -140,10 +140,13 @@ def kv_bytes_per_token(w: Workload, m: Model, kv_dtype: str | None = None) -> fl
     return memory.kv_bytes_per_token(shape, beta)
 
 
-def calibration_dtype(a: Accelerator, weight_dtype: str) -> str:
-    """The calibration rows (fitted at bf16 and fp8) a precision runs with: a format the part
-    computes in natively below 16 bits takes the fp8 rows, a weight-only (dequantised) one the
-    bf16 rows."""
+def calibration_dtype(a: Accelerator, weight_dtype: str, s: Serving | None = None) -> str:
+    """The calibration rows a precision runs with: the rows fitted at that precision on the
+    part where the calibration has them (e.g. B200 nvfp4); else the bf16 or fp8 rows — a
+    format the part computes in natively below 16 bits takes the fp8 rows, a weight-only
+    (dequantised) one the bf16 rows."""
+    if weight_dtype not in ("bf16", "fp8") and s is not None and s.calibration.fitted_at(a.id, weight_dtype):
+        return weight_dtype
     if weight_dtype == "bf16" or not runs_natively(weight_dtype, a.fp4_dense_tflops):
         return "bf16"
     return "fp8"
@@ -169,7 +172,7 @@ def make_replica(m: Model, a: Accelerator, s: Serving, gpus: int, weight_dtype: 
     if hw is None or kv_dtype not in a.kv_precisions():
         return None
     return Replica(
-        model_shape(m), hw, efficiency(s, a.id, calibration_dtype(a, weight_dtype)), gpus,
+        model_shape(m), hw, efficiency(s, a.id, calibration_dtype(a, weight_dtype, s)), gpus,
         weight_bytes_per_param=bytes_per_value(weight_dtype),
         kv_bytes_per_value=bytes_per_value(kv_dtype), precision=(weight_dtype, kv_dtype),
         attention_dp=bool(expert_parallel),
@@ -196,6 +199,7 @@ class ServingConfig:
     prefill_p99_ms: float = 0.0  # prefill (colocated: all chunks) of the p99 prompt
     service_mean_s: float = 0.0  # prefill-lane service time per request
     service_scv: float = 0.0
+    service_third_ratio: float = 0.0  # E[S³]/E[S]³ of the prefill-lane service time (0: not known)
     step_ms: float = 0.0  # decode step / colocated iteration at the operating batch
     itl_p99_ms: float = 0.0
     tokens_per_step: float = 1.0
@@ -270,7 +274,8 @@ def prefill_config(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving
         return None
     cached_p99 = p99_cached_tokens(w.prompt_cache_hit_rate, w.shared_prefix_tokens, w.slo_attainment)
     p99_s = float(prefill_time_s(r, w.isl_p99_tokens, cached_p99))
-    mean_s, scv = service_moments(lambda t, c: prefill_time_s(r, t, c), isl, w.prompt_cache_hit_rate, w.shared_prefix_tokens)
+    mean_s, scv, third = service_moments(lambda t, c: prefill_time_s(r, t, c), isl, w.prompt_cache_hit_rate,
+                                         w.shared_prefix_tokens)
     batch = {}
     if batch_tokens > 0:
         prompts, pass_s = full_pass_s(r, isl, w.prompt_cache_hit_rate, w.shared_prefix_tokens, batch_tokens)
@@ -281,7 +286,8 @@ def prefill_config(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving
         batch = dict(prefill_batch_tokens=int(batch_tokens), batch_prompts=prompts, batch_pass_ms=pass_s * MS_PER_S)
     return ServingConfig(
         **_base(w, a, r, "prefill", f"prefill-b{batch_tokens}" if batch_tokens else "prefill", s),
-        prefill_p99_ms=p99_s * MS_PER_S, service_mean_s=mean_s, service_scv=scv, input_share=1.0, **batch,
+        prefill_p99_ms=p99_s * MS_PER_S, service_mean_s=mean_s, service_scv=scv, service_third_ratio=third,
+        input_share=1.0, **batch,
     )
 
 
@@ -389,7 +395,7 @@ def colocated_at(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving, 
         return chunked_prefill_s(r, batch, context, tokens, cached, chunk)
 
     cached_p99 = p99_cached_tokens(w.prompt_cache_hit_rate, w.shared_prefix_tokens, w.slo_attainment)
-    mean_s, scv = service_moments(service, isl, w.prompt_cache_hit_rate, w.shared_prefix_tokens)
+    mean_s, scv, third = service_moments(service, isl, w.prompt_cache_hit_rate, w.shared_prefix_tokens)
     decode_step = float(decode_step_time_s(r, batch, context))
     prompt_s = max(mean_s - _chunks(w, m, chunk) * decode_step, 0.0)
     tokens_s = w.osl_mean_tokens * decode_step / batch
@@ -398,7 +404,7 @@ def colocated_at(w: Workload, m: Model, a: Accelerator, r: Replica, s: Serving, 
         input_share=prompt_s / (prompt_s + tokens_s),
         batch=batch, chunk_tokens=chunk,
         prefill_p99_ms=float(service(w.isl_p99_tokens, cached_p99)[0]) * MS_PER_S,
-        service_mean_s=mean_s, service_scv=scv,
+        service_mean_s=mean_s, service_scv=scv, service_third_ratio=third,
         step_ms=iteration * MS_PER_S,
         itl_p99_ms=s.itl_tail_factor * float(_iteration(w, r, chunk, late=True)(batch)) * MS_PER_S,
         decode_rps=s.decode_max_utilization * batch / (w.osl_mean_tokens * iteration),

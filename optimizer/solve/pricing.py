@@ -20,7 +20,31 @@ def plan_cost(inst: Instance, sol: Solution, proc=None) -> float:
     """What a whole plan costs, with the unserved-demand penalty (``proc``: its procurement
     table, where already made)."""
     proc = procurement_table(inst, sol) if proc is None else proc
-    return float(proc["cost_usd"].sum()) + unserved_penalty_usd(inst, sol)
+    return float(proc["cost_usd"].sum()) + unserved_penalty_usd(inst, sol) + kv_cache_usd(inst, sol.flows)
+
+
+def kv_cache_peaks(inst: Instance, flows: dict) -> dict[tuple[str, str, int], float]:
+    """(site, workload, candidate cache) → its busiest slice's requests/s into the pools of
+    that candidate (`formulations.kvcache`: the year's slices, not site-loss states); empty
+    without KV-cache tiers."""
+    if not inst.kv_usd_per_rps_hour:
+        return {}
+    per_state: dict = {}
+    for (pid, sid), rps in flows.items():
+        p = inst.pools[pid]
+        if p.cache_option >= 0 and inst.states[sid].weight_hours > 0:
+            key = (p.site, p.workload, p.cache_option)
+            per_state[(key, sid)] = per_state.get((key, sid), 0.0) + rps
+    peaks: dict = {}
+    for (key, _), rps in sorted(per_state.items()):
+        peaks[key] = max(peaks.get(key, 0.0), rps)
+    return peaks
+
+
+def kv_cache_usd(inst: Instance, flows: dict) -> float:
+    """The tiers' $ for the horizon: hours · Σ $/h per peak request/s · peak (`kv_cache_peaks`)."""
+    return float(sum(inst.horizon_hours * inst.kv_usd_per_rps_hour.get((k, o), 0.0) * rps
+                     for (_, k, o), rps in kv_cache_peaks(inst, flows).items()))
 
 
 def unserved_request_hours(inst: Instance, sol: Solution) -> float:

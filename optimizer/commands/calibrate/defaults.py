@@ -1,13 +1,19 @@
 """Derive the shipped defaults, ``data/serving_calibration.csv``, from the public tables in
 ``data/calibration/``:
 
-    python -m optimizer.commands.calibrate.defaults
+    python -m optimizer.commands.calibrate.defaults [--new-groups-only]
 
-* NVIDIA H100/H200/B200/A100/L40S × TensorRT-LLM/vLLM/SGLang × bf16/fp8: the fit of
-  `optimizer.commands.calibrate.fit` to ``aiconfigurator.csv`` (kernel-measured per-operation
-  latencies composed by AIConfigurator 0.12, Llama-3.1-8B/70B/405B, prefill 512–8,192 tokens,
-  decode batch 1–256 at 1,024 and 4,096 context, TP 1/2/4/8), 20 % of each kind held out;
-  TensorRT-LLM rows first, so they apply where a scenario names no engine.
+``--new-groups-only`` keeps the shipped rows byte for byte (the curves have moved since
+they were fitted: a re-fit today would move every plan) and adds a fit for each group of the
+tables they lack — how the 2026 groups were added.
+
+* NVIDIA H100/H200/B200/A100/L40S × TensorRT-LLM/vLLM/SGLang × bf16/fp8, and B300/GB200/GB300
+  × bf16/fp8/nvfp4 and B200 × nvfp4: the fit of `optimizer.commands.calibrate.fit` to
+  ``aiconfigurator.csv`` (kernel-measured per-operation latencies composed by AIConfigurator
+  0.12, Llama-3.1-8B/70B/405B, prefill 512–8,192 tokens, decode batch 1–256 at 1,024 and 4,096
+  context, TP 1/2/4/8), 20 % of each kind held out; TensorRT-LLM rows first, so they apply
+  where a scenario names no engine. Each row names the engine release of its database
+  (``engine_version``) and its date is its own rows' export date.
 * AMD MI300X: no kernel database covers it. Its compute efficiencies (prefill and decode)
   are the H100 TensorRT-LLM fp8 ones × k, with k set so that the modelled
   MLPerf Inference v4.1 Llama-2-70B Offline throughput per GPU relative to the H100's equals
@@ -16,15 +22,17 @@
   294 in / 286 out, fp8, KV-bound saturation, best TP ≤ 8). Offline saturation is
   compute-bound, so it says nothing of bandwidth: decode_mbu and the overheads stay the
   H100's (assumed; no public MI300X decode-latency measurement in the reference sheet).
-* AMD MI325X: the MI300X row (same CDNA3 compute die and software stack; assumed — no
-  public measurement in the reference sheet).
+* AMD MI325X: the MI300X row with both compute efficiencies × the MI325X/MI300X Offline
+  throughput per GPU of one MLPerf Inference v5.1 round, submitter and engine (`MI325X_RATIO`).
 * every other accelerator: a "*" row with the pre-calibration global values (assumed).
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
 import os
+import re
 import tempfile
 
 from optimizer.commands.calibrate.fit import calibrate
@@ -36,6 +44,14 @@ ENGINE_ORDER = {"trtllm": 0, "vllm": 1, "sglang": 2}
 MLPERF = {"h100-sxm": 24_524.9 / 8, "mi300x": 23_514.8 / 8}  # tok/s per GPU, v4.1 Offline, Llama-2-70B
 MLPERF_SOURCE = ("MLPerf Inference v4.1 closed Llama-2-70B Offline (mlcommons/inference_results_v4.1, "
                  "FACTS §7.1 [R1]): 8×MI300X 23,514.8 tok/s vs 8×H100 24,524.9 tok/s")
+MI325X_RATIO = 4_315.1 / 3_475.5  # tok/s per GPU, v5.1 Offline, Llama-2-70B, AMD, vLLM 0.9.0.2 on ROCm 6.4.1
+MI325X_SOURCE = (
+    "prefill_mfu and decode_mfu: the MI300X row × {ratio:.4f}, the ratio of MI325X to MI300X Llama-2-70B Offline "
+    "throughput per GPU in the same MLPerf Inference v5.1 closed round, same submitter and engine (AMD, vLLM 0.9.0.2 "
+    "on ROCm 6.4.1): 8xMI325X 4,315.1 vs 8xMI300X 3,475.5 tok/s per GPU (mlperf_log_summary.txt of "
+    "closed/AMD/results/8xMI325X_2xEPYC_9575F_1 and 8xMI300X_2xEPYC_9575F, llama2-70b-99/Offline) [R21] repo "
+    "mlcommons/inference_results_v5.1; MI325X runs the same CDNA3 compute at 1000 W instead of 750 W, and its 6.0 vs "
+    "5.3 TB/s HBM is in accelerators.csv; other parameters the MI300X row's (assumed)")
 SCALED = ("prefill_mfu", "decode_mfu")  # Offline saturation is compute-bound: it informs these only
 
 
@@ -95,7 +111,8 @@ def amd_entry(h100: ParameterSet) -> tuple[ParameterSet, float]:
 
 
 def flat(entry: ParameterSet) -> dict:
-    row = {"accelerator": entry.accelerator, "engine": entry.engine, "dtype": entry.dtype}
+    row = {"accelerator": entry.accelerator, "engine": entry.engine, "engine_version": entry.engine_version or "",
+           "dtype": entry.dtype}
     row.update({n: round(float(getattr(entry, n)), 4) for n in PARAMETERS})
     row["pcie_p2p_gpus"] = int(entry.pcie_p2p_gpus)
     for kind in KINDS:
@@ -108,35 +125,85 @@ def flat(entry: ParameterSet) -> dict:
     return row
 
 
-def derive() -> list[dict]:
-    table = read_table(DATA / "aiconfigurator.csv")
+def one_version(rows) -> str:
+    """The engine release of a group's rows: one, or the group mixes databases (refused)."""
+    found = sorted(set(rows["version"].dropna().astype(str)))
+    if len(found) != 1:
+        first = rows.iloc[0]
+        raise ValueError(f"{first['accelerator']}/{first['engine']}/{first['weight_dtype']}: expected the rows of one "
+                         f"engine release, got {found or 'none'}")
+    return found[0]
+
+
+def fitted_entries(table) -> list[ParameterSet]:
+    """The fit of every (accelerator, engine, dtype) group of ``table``, sorted (TensorRT-LLM first)."""
     result = calibrate(table, holdout=0.2, seed=0, start=Calibration())
-    as_of = str(table["as_of"].dropna().max())
     entries = []
     for g in result.groups:
-        version = table.loc[(table.accelerator == g.accelerator) & (table.engine == g.engine), "version"].iloc[0]
-        entries.append(g.entry(source=f"fit to data/calibration/aiconfigurator.csv (AIConfigurator 0.12 database, "
-                                      f"{g.engine} {version}; {len(g.train)} points fitted, {len(g.holdout)} held out)",
-                               as_of=as_of))
-    entries.sort(key=lambda e: (e.accelerator, ENGINE_ORDER.get(e.engine, 9), e.dtype))
+        rows = table[(table.accelerator == g.accelerator) & (table.engine == g.engine) & (table.weight_dtype == g.dtype)]
+        version = one_version(rows)
+        entry = g.entry(source=f"fit to data/calibration/aiconfigurator.csv (AIConfigurator 0.12 database, "
+                               f"{g.engine} {version}; {len(g.train)} points fitted, {len(g.holdout)} held out)",
+                        as_of=str(rows["as_of"].dropna().max()))
+        entries.append(entry.model_copy(update={"engine_version": version}))
+    return sorted(entries, key=lambda e: (e.accelerator, ENGINE_ORDER.get(e.engine, 9), e.dtype))
+
+
+def derive() -> list[dict]:
+    """Every row of the shipped defaults, re-fitted."""
+    entries = fitted_entries(read_table(DATA / "aiconfigurator.csv"))
     h100 = next(e for e in entries if (e.accelerator, e.engine, e.dtype) == ("h100-sxm", "trtllm", "fp8"))
     mi300x, k = amd_entry(h100)
     note = (f"prefill_mfu and decode_mfu: H100 TensorRT-LLM fp8 values × {k:.3f} to match {MLPERF_SOURCE}; "
             "decode_mbu, step_overhead_ms, layer_overhead_us, collective_latency_us and the other parameters the "
             "H100's (assumed; under tight ITL objectives they decide its standing, benchmarks/server_offline.py)")
     entries.append(mi300x.model_copy(update={"accelerator": "mi300x", "engine": "*", "dtype": "*", "spread": {},
+                                             "engine_version": None,
                                              "source": note, "as_of": "2024-08-28"}))
+    mi325x = {n: min(getattr(mi300x, n) * MI325X_RATIO, 1.0) for n in SCALED}
     entries.append(mi300x.model_copy(update={"accelerator": "mi325x", "engine": "*", "dtype": "*", "spread": {},
-                                             "source": "assumed: the MI300X row (same CDNA3 compute die and software; "
-                                                       "no public measurement in the reference sheet)",
-                                             "as_of": "2024-08-28"}))
+                                             "engine_version": None,
+                                             **mi325x, "source": MI325X_SOURCE.format(ratio=MI325X_RATIO),
+                                             "as_of": "2025-09-09"}))
     entries.append(ParameterSet(source="assumed: pre-calibration global values, for accelerators no measured table "
                                        "covers", as_of="2026-11-09"))
     return [flat(e) for e in entries]
 
 
-def main() -> int:
-    rows = derive()
+def release_in(source: str, engine: str) -> str:
+    """The engine release a fitted row's source names ("…, trtllm 1.3.0rc23; …"), else ""."""
+    found = re.search(rf"\b{re.escape(engine)} ([^;,)\s]+);", source or "")
+    return found.group(1) if found and engine != "*" else ""
+
+
+def add_new_groups(shipped: list[dict]) -> list[dict]:
+    """The shipped rows as they are (each with the ``engine_version`` its source names), and a
+    fitted row for every group of the table the shipped file lacks, in the derived order:
+    fitted rows by (accelerator, engine, dtype), then the rows of no engine as shipped."""
+    table = read_table(DATA / "aiconfigurator.csv")
+    have = {(r["accelerator"], r["engine"], r["dtype"]) for r in shipped}
+    new = table[[(a, e, d) not in have for a, e, d in zip(table.accelerator, table.engine, table.weight_dtype)]]
+    kept = [{**{k: v for k, v in r.items() if k != "engine_version"},
+             "engine_version": r.get("engine_version") or release_in(r["source"], r["engine"])} for r in shipped]
+    rows = [flat(e) for e in fitted_entries(new)] if len(new) else []
+    columns = list(rows[0]) if rows else ["accelerator", "engine", "engine_version", *kept[0]]
+    rows += [{c: r.get(c, "") for c in dict.fromkeys(columns)} for r in kept]
+    named = sorted((r for r in rows if r["engine"] != "*"),
+                   key=lambda r: (r["accelerator"], ENGINE_ORDER.get(r["engine"], 9), r["dtype"]))
+    return named + [r for r in rows if r["engine"] == "*"]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--new-groups-only", action="store_true",
+                    help="keep the shipped rows as they are and fit only the (accelerator, engine, dtype) groups of "
+                         "the tables the shipped file lacks")
+    args = ap.parse_args(argv)
+    if args.new_groups_only:
+        with SHIPPED_FILE.open(newline="") as f:
+            rows = add_new_groups(list(csv.DictReader(f)))
+    else:
+        rows = derive()
     fd, tmp = tempfile.mkstemp(prefix=".serving_calibration.", dir=SHIPPED_FILE.parent)
     with os.fdopen(fd, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))

@@ -21,6 +21,7 @@ of the fit and scored with the fitted parameters. Error of a point: |f/y − 1|.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,7 +31,14 @@ from scipy.optimize import least_squares
 from optimizer.base.errors import Origin, ScenarioError
 from optimizer.commands.calibrate.identify import identify
 from optimizer.commands.calibrate.model import Catalogue, measured_ms, predict_ms, serving_with, shipped_catalogue
-from optimizer.scenario.calibration.params import KINDS, PARAMETERS, ParameterSet, Spread, shipped_calibration
+from optimizer.scenario.calibration.params import (
+    KINDS,
+    PARAMETERS,
+    VERSION_PATTERN,
+    ParameterSet,
+    Spread,
+    shipped_calibration,
+)
 from optimizer.scenario.calibration.tables import STATED
 
 LOSS_SCALE = 0.05
@@ -61,6 +69,7 @@ class GroupFit:
         # residuals of no more rows than fitted parameters are zero by construction: no spread
         spread = spread_by_kind(self.train) if len(self.train) > len(self.fitted) else {}
         return ParameterSet(accelerator=self.accelerator, engine=self.engine, dtype=self.dtype,
+                            engine_version=engine_version(self.train, self.engine),
                             **{k: float(v) for k, v in self.parameters.items()}, spread=spread, source=source,
                             as_of=as_of, fitted=self.fitted, kept=self.kept, provenance=provenance(self.train))
 
@@ -72,6 +81,16 @@ class CalibrationResult:
     def rows(self, split: str) -> pd.DataFrame:
         frames = [getattr(g, split) for g in self.groups if len(getattr(g, split))]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def engine_version(rows: pd.DataFrame, engine: str) -> str | None:
+    """The one engine release a group's rows state (a leading "v" dropped), else None: rows of
+    no named engine, of several releases, or a version no release pattern reads."""
+    found = {str(v).strip().removeprefix("v") for v in rows.get("version", pd.Series(dtype=str)).dropna()}
+    if engine in ("any", "*") or len(found) != 1:
+        return None
+    version = found.pop()
+    return version if re.fullmatch(VERSION_PATTERN, version) else None
 
 
 def provenance(rows: pd.DataFrame) -> dict[str, str]:

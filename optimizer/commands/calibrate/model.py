@@ -7,6 +7,9 @@ What each kind of point predicts (tables: `optimizer.scenario.calibration.tables
 * prefill: `prefill_time_s` of one pass over ``batch`` prompts of ``prompt_tokens`` new
   tokens after ``context_tokens`` cached ones;
 * decode: `decode_step_time_s` at ``batch`` sequences of mean context ``context_tokens``;
+* a prefill or decode row with ``ep`` > 1: the same on an expert-parallel replica of
+  tp × ep GPUs with attention data-parallel (``expert_parallel`` of `make_replica`), its
+  ``batch`` the replica's;
 * e2e: the median inter-token latency, as `decode_step_time_s` at a replica's mean running
   batch b̄ = output tokens/s ÷ replicas × ITL p50 (Little's law, at least 1; replicas =
   gpus / (tp × pp)) and context prompt + output / 2.
@@ -29,7 +32,7 @@ from optimizer.curves.roofline import decode_step_time_s, prefill_time_s
 from optimizer.scenario import Serving, load_scenario
 from optimizer.serving.configs import make_replica
 
-GROUP = ["model", "accelerator", "tp", "weight_dtype", "kv_dtype", "kind"]
+GROUP = ["model", "accelerator", "tp", "ep", "weight_dtype", "kv_dtype", "kind"]
 
 
 @dataclass(frozen=True)
@@ -70,9 +73,10 @@ def measured_ms(table: pd.DataFrame) -> np.ndarray:
 
 
 def _predict_group(rows: pd.DataFrame, key: tuple, serving: Serving, catalogue: Catalogue) -> np.ndarray:
-    model, accelerator, tp, weight_dtype, kv_dtype, kind = key
-    r = make_replica(catalogue.models[model], catalogue.accelerators[accelerator], serving, int(tp), weight_dtype,
-                     kv_dtype)
+    model, accelerator, tp, ep, weight_dtype, kv_dtype, kind = key
+    wide = kind != "e2e" and ep > 1  # (an e2e row's replica stays tp × pp GPUs, as its gpus column counts them)
+    r = make_replica(catalogue.models[model], catalogue.accelerators[accelerator], serving, int(tp * ep if wide else tp),
+                     weight_dtype, kv_dtype, expert_parallel=wide)
     if r is None or kv_budget_bytes(r) <= 0:
         return np.full(len(rows), np.nan)
     if kind == "prefill":
@@ -91,6 +95,7 @@ def predict_ms(table: pd.DataFrame, serving: Serving, catalogue: Catalogue | Non
     """Predicted latency (ms) of every row under ``serving`` (NaN where the model's weights
     do not fit the replica as the planner sizes it)."""
     catalogue = catalogue or shipped_catalogue()
+    table = table.assign(ep=table["ep"].fillna(1.0) if "ep" in table else 1.0)  # (a table not read by read_table)
     out = np.full(len(table), np.nan)
     positions = np.arange(len(table))
     for key, rows in table.groupby(GROUP, sort=False):

@@ -74,8 +74,24 @@ def key_figures(s: dict) -> pd.DataFrame:
         ("hand-made baseline a year", f.usd(s.get("baseline_cost_usd"))),
         ("solver mode", f.text(s.get("mode"))),
         ("overrides", ", ".join(map(str, s.get("overrides") or [])) or "none"),
+        *kv_cache_figures(s.get("kv_cache")),
     ]
     return pd.DataFrame(rows, columns=["figure", "value"])
+
+
+def kv_cache_figures(kv: dict | None) -> list[tuple[str, str]]:
+    """The KV-cache tiers the plan chose (none without them): their cost, the prefill they
+    save, and per workload the hit rate served and the candidates' shares of its requests."""
+    if not kv:
+        return []
+    rows = [("KV-cache tiers a year (cost category kv_cache), prefill saved",
+             f"{f.usd(kv['cache_usd'])}, {f.usd(kv['prefill_usd_saved'])}; with the tiers "
+             f"{f.usd(kv['total_cost_with_cache_usd'])}")]
+    for k, w in kv["workloads"].items():
+        shares = ", ".join(f"{f.pct(o['hit_rate'])} hits on {f.pct(o['request_share'])}"
+                           for o in w.get("options", []) if o["request_share"] > 0)
+        rows.append((f"KV-cache hit rate of {k}", f"{f.pct(w['hit_rate'])}" + (f" ({shares})" if shares else "")))
+    return rows
 
 
 def appendix_html(folder: PlanFolder) -> str:
@@ -102,8 +118,9 @@ def render(plan_dir: str | Path) -> str:
                             lambda: appendix_html(folder), "Appendix"))
     overrides = ", ".join(map(str, s.get("overrides") or []))
     versions = s.get("versions") if isinstance(s.get("versions"), dict) else {}
-    subtitle = (f"Annual plan of scenario <b>{esc(s['scenario'])}</b> (sha256 {esc(str(s['scenario_sha256'])[:12])}…"
-                + (f"; overrides {esc(overrides)}" if overrides else "") + ")"
+    sha = s.get("scenario_sha256")  # optional (folder/read.py SUMMARY_OPTIONAL): a hand-edited summary may lack it
+    about = "; ".join(([f"sha256 {esc(sha[:12])}…"] if sha else []) + ([f"overrides {esc(overrides)}"] if overrides else []))
+    subtitle = (f"Annual plan of scenario <b>{esc(s['scenario'])}</b>" + (f" ({about})" if about else "")
                 + f", fleetplan {esc(versions.get('fleetplan', ''))}")
     return page(f"fleetplan — {s['scenario']}", subtitle, sections)
 

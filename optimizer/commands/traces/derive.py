@@ -23,6 +23,8 @@ The pass (`derive`) keeps, per (metro, workload), counts of requests per clock s
 * Growth: with at least `GROWTH_MIN_DAYS` whole UTC days, the slope b of a least-squares
   line through ln(requests per day); growth per period = exp(b · days per period) − 1.
 
+With a prefix or session id column, each workload's prefix reuse (`reuse`) in the same pass.
+
 Too short a log for what is asked is an error naming what was estimated from how many
 requests: fewer than `MIN_REQUESTS_P99` requests for a p99, under 10 whole minutes for the
 burstiness.
@@ -39,6 +41,7 @@ import pandas as pd
 from optimizer.base.errors import Origin, ScenarioError
 from optimizer.base.units import DAYS_PER_YEAR, HOURS_PER_DAY, SECONDS_PER_HOUR
 from optimizer.commands.traces.read import NS, ReadState, file_kind, iter_chunks
+from optimizer.commands.traces.reuse import REUSE_WINDOW_S, ReuseAccumulator, ReuseStats
 from optimizer.scenario.trace_spec import TraceSpec
 
 EPOCH0_S = pd.Timestamp("1990-01-01").value // NS  # seconds are keyed from here (timestamps start in 1990)
@@ -178,16 +181,20 @@ class Derived:
     files: list[dict]  # per log: path, rows, first/last UTC, columns used, resolution
     warnings: list[str]
     label_rows: dict  # (kind, name) → Origin of the first row carrying it
+    reuse: list[ReuseStats] = field(default_factory=list)  # per workload, where the log has prefix or session ids
 
     def as_dict(self) -> dict:
-        return {"pairs": [p.as_dict() for p in self.pairs], "files": self.files, "warnings": self.warnings}
+        out = {"pairs": [p.as_dict() for p in self.pairs], "files": self.files, "warnings": self.warnings}
+        if self.reuse:
+            out["reuse"] = [r.as_dict() for r in self.reuse]
+        return out
 
 
 # ---------------------------------------------------------------------------- the pass
 
 
 class _Accumulator:
-    def __init__(self):
+    def __init__(self, reuse_window_s: float = REUSE_WINDOW_S):
         self.pairs: dict[tuple, int] = {}
         self.windows: dict[int, list] = {}  # pair → [first_ns, last_ns] (union of its files' windows)
         self.seconds = _SparseCounts()
@@ -195,6 +202,7 @@ class _Accumulator:
         self.osl = _SparseCounts()
         self.cached_sum: dict[int, float] = {}
         self.cached_hits: dict[int, int] = {}
+        self.reuse = ReuseAccumulator(reuse_window_s)
 
     def pair_ids(self, state: ReadState, metro: np.ndarray, workload: np.ndarray) -> np.ndarray:
         """The (metro, workload) pair of each row of a chunk, numbered across files as first met."""
@@ -217,6 +225,7 @@ class _Accumulator:
             self.seconds.add((pid << SECOND_BITS) + (t // NS - EPOCH0_S))
             self.isl.add((pid << LENGTH_BITS) + chunk.prompt)
             self.osl.add((pid << LENGTH_BITS) + chunk.output)
+            self.reuse.add(chunk, state)
             if chunk.cached is not None:
                 for p in np.unique(pid):
                     c = chunk.cached[pid == p]
@@ -230,9 +239,11 @@ class _Accumulator:
         return {"state": state, "first_ns": first, "last_ns": last}
 
 
-def derive(specs: list[TraceSpec], days_per_period: float = DAYS_PER_YEAR / 4) -> Derived:
-    """One streaming pass over the logs → statistics per (metro, workload) found."""
-    acc = _Accumulator()
+def derive(specs: list[TraceSpec], days_per_period: float = DAYS_PER_YEAR / 4,
+           reuse_window_s: float = REUSE_WINDOW_S) -> Derived:
+    """One streaming pass over the logs → statistics per (metro, workload) found, and per
+    workload the prefix reuse where the logs carry prefix or session ids."""
+    acc = _Accumulator(reuse_window_s)
     files, warnings, label_rows = [], [], {}
     for spec in specs:
         info = acc.add_file(spec)
@@ -248,7 +259,7 @@ def derive(specs: list[TraceSpec], days_per_period: float = DAYS_PER_YEAR / 4) -
             warnings.append(f"{spec.path}: timestamps have no digits below the millisecond, so repeated rows "
                             "cannot be told from distinct requests and were not checked")
     pairs = [_pair_stats(acc, key, pid, days_per_period) for key, pid in sorted(acc.pairs.items(), key=_key_order)]
-    return Derived(pairs, files, warnings, label_rows)
+    return Derived(pairs, files, warnings, label_rows, acc.reuse.results())
 
 
 def _key_order(item):

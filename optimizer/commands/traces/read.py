@@ -10,13 +10,16 @@ column: an unparseable or implausible timestamp (before 1990 or after 2100: usua
 milliseconds read as seconds), a missing, fractional, negative or absurd token count (a
 prompt needs at least one token; more than `MAX_TOKENS` is no request), cached tokens
 outside [0, prompt], an empty label, and a row that repeats the one before it exactly.
+A prefix or session id (`TraceSpec`) comes back as a 64-bit hash of its text
+(`pandas.util.hash_array`: two distinct ids of ten million collide with probability
+about n²/2⁶⁵ ≈ 3·10⁻⁶); an empty id and prefix tokens outside [0, prompt] are refused.
 
 Two decisions:
 * Rows out of time order are accepted, with a warning giving how many and the largest step
   back: logs written at completion time or merged from several servers are rarely in exact
   arrival order, nothing derived depends on the order, and the replay sorts. Refusing would
   make a planner sort a large file for nothing.
-* A row identical to the one before it (timestamp, tokens and labels) is refused when the
+* A row identical to the one before it (timestamp, tokens, labels and prefix id) is refused when the
   log's timestamps carry digits below the millisecond: two requests cannot arrive in the
   same 100 ns with the same lengths by chance, so it is a request logged twice, which would
   count its moment double. At coarser resolution two such rows can be distinct requests, so
@@ -61,6 +64,8 @@ class Chunk:
     cached: np.ndarray | None
     metro: np.ndarray  # codes into ReadState.metros
     workload: np.ndarray  # codes into ReadState.workloads
+    prefix_key: np.ndarray | None = None  # hash of the prefix id (or, without one, the session id)
+    prefix_tokens: np.ndarray | None = None
 
 
 @dataclass
@@ -174,11 +179,7 @@ def _convert(batch: pa.RecordBatch, state: ReadState) -> Chunk:
     cached = None
     if "cached" in cols:
         cached = _tokens(column("cached"), "cached", state, first, minimum=0)
-        over = np.flatnonzero(cached > prompt)
-        if len(over):
-            i = int(over[0])
-            raise ScenarioError(f"{cached[i]:,} cached tokens exceed the prompt's {prompt[i]:,} (expected 0 to the "
-                                "prompt's length)", state.origin(first + i), field=cols["cached"])
+        _within_prompt(cached, prompt, "cached", state, first)
     n = len(t)
     metro = _labels(column("metro"), "metro", state, first) if "metro" in cols else np.zeros(n, np.int32)
     workload = _labels(column("workload"), "workload", state, first) if "workload" in cols else np.zeros(n, np.int32)
@@ -187,8 +188,22 @@ def _convert(batch: pa.RecordBatch, state: ReadState) -> Chunk:
     if "workload" not in cols:
         state.code("workload", [state.spec.workload], [first])
     chunk = Chunk(first, t, prompt, output, cached, metro, workload)
+    key = next((k for k in ("prefix_id", "session_id") if k in cols), None)
+    if key:
+        chunk.prefix_key = _ids(column(key), key, state, first)
+    if "prefix_tokens" in cols:
+        chunk.prefix_tokens = _tokens(column("prefix_tokens"), "prefix_tokens", state, first, minimum=0)
+        _within_prompt(chunk.prefix_tokens, prompt, "prefix_tokens", state, first)
     _check_order(chunk, state)
     return chunk
+
+
+def _within_prompt(tokens: np.ndarray, prompt: np.ndarray, what: str, state: ReadState, first: int) -> None:
+    over = np.flatnonzero(tokens > prompt)
+    if len(over):
+        i = int(over[0])
+        raise ScenarioError(f"{tokens[i]:,} {what.removesuffix('_tokens')} tokens exceed the prompt's {prompt[i]:,} "
+                            "(expected 0 to the prompt's length)", state.origin(first + i), field=state.columns[what])
 
 
 def _timestamps(a, state: ReadState, first: int) -> np.ndarray:
@@ -306,13 +321,13 @@ def _to_utc_ns(a, state: ReadState) -> np.ndarray:
     return local.tz_convert("UTC").asi8
 
 
-def _no_nulls(a, what: str, name: str, state: ReadState, first: int) -> None:
+def _no_nulls(a, what: str, name: str, state: ReadState, first: int, suffix: str = " (an empty cell)") -> None:
     nulls = a.is_null()
     if pa.types.is_string(a.type) or pa.types.is_large_string(a.type):
         nulls = pc.or_(nulls, pc.equal(pc.utf8_trim_whitespace(a), ""))
     if pc.any(nulls).as_py():
         i = int(np.flatnonzero(nulls.to_numpy(zero_copy_only=False))[0])
-        raise ScenarioError(f"missing {what} (an empty cell)", state.origin(first + i), field=name)
+        raise ScenarioError(f"missing {what}{suffix}", state.origin(first + i), field=name)
 
 
 def _tokens(a, what: str, state: ReadState, first: int, minimum: int) -> np.ndarray:
@@ -330,6 +345,25 @@ def _tokens(a, what: str, state: ReadState, first: int, minimum: int) -> np.ndar
             i = int(np.flatnonzero(bad)[0])
             raise ScenarioError(f"{what} tokens {a[i].as_py()!r} {why}", state.origin(first + i), field=name)
     return x.astype(np.int64)
+
+
+def _ids(a, what: str, state: ReadState, first: int) -> np.ndarray:
+    """A prefix or session id column → int64 hashes of the trimmed ids (each distinct id of
+    the chunk hashed once)."""
+    name = state.columns[what]
+    try:
+        a = pc.cast(a, pa.string())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        raise ScenarioError(f"the {what} column holds {a.type} values; expected an id (text or a whole number)",
+                            state.origin(first), field=name) from None
+    _no_nulls(a, f"{what} (an empty cell; expected an id: a request that shares no prefix needs an id of its own)",
+              name, state, first, suffix="")
+    encoded = pc.dictionary_encode(pc.utf8_trim_whitespace(a))
+    if isinstance(encoded, pa.ChunkedArray):
+        encoded = encoded.combine_chunks()
+    names = np.asarray(encoded.dictionary.to_pylist(), dtype=object)
+    hashes = pd.util.hash_array(names, categorize=False).view(np.int64)
+    return hashes[encoded.indices.to_numpy(zero_copy_only=False)]
 
 
 def _labels(a, what: str, state: ReadState, first: int) -> np.ndarray:
@@ -351,6 +385,8 @@ def _check_order(c: Chunk, state: ReadState) -> None:
     """Count rows earlier than their predecessor; refuse exact repeats (module docstring)."""
     cached = c.cached if c.cached is not None else np.zeros(len(c.t_ns), np.int64)
     cols = [c.t_ns, c.prompt, c.output, cached, c.metro, c.workload]
+    if c.prefix_key is not None:  # two requests with different prefixes are two requests
+        cols.append(c.prefix_key)
     if state._last is not None:
         cols = [np.concatenate(([prev], x)) for prev, x in zip(state._last, cols)]
     offset = 0 if state._last is None else 1  # index of the chunk's first row in cols

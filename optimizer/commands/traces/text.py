@@ -21,9 +21,11 @@ def demand_text(derived, out) -> str:
     for p in derived.pairs:
         for note in p.notes:
             lines.append(f"  {p.metro or '-'} / {p.workload or '-'}: {note}")
+    for r in derived.reuse:
+        lines.append(f"  {r.workload}: {r.line()}")
     if out:
         lines.append(f"written: {out / 'demand.csv'}, workloads.csv, hours.csv, lengths.csv, scenario.yaml, "
-                     "derived.json, report.html")
+                     "derived.json, report.html" + (", kv_reuse.csv" if derived.reuse else ""))
     return "\n".join(lines)
 
 

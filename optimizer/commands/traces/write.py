@@ -8,6 +8,8 @@ folder renamed into place, so an interrupted run leaves nothing half-written):
   lengths.csv     the empirical length distributions (metro, workload, quantity, tokens, requests)
   scenario.yaml   a scenario snippet: metros, workload patches, the demand table, the logs
   derived.json    everything above per (metro, workload), with notes and warnings
+  kv_reuse.csv    per workload, its prefix reuse (data/kv_reuse.csv's columns), only where the
+                  logs carry prefix or session ids; scenario.yaml then reads it (kv_cache.reuse)
   report.html     the day's rates, the log's minutes and the length histograms (also as PNGs)
 """
 
@@ -24,6 +26,7 @@ from optimizer.base.outputs import DEMAND, atomic_folder, folder_target
 from optimizer.base.units import HOURS_PER_DAY
 from optimizer.commands.traces import report
 from optimizer.commands.traces.derive import Derived
+from optimizer.commands.traces.reuse import kv_reuse_table
 from optimizer.commands.traces.table import demand_rows, fill_note, hourly_rates, workload_rows
 from optimizer.scenario import Scenario
 from optimizer.scenario.trace_spec import TraceSpec
@@ -72,6 +75,8 @@ def snippet(d: Derived, workloads: pd.DataFrame, specs: list[TraceSpec], out: Pa
            "workloads": {"ids": sorted(patch), "patch": patch},
            "demand": {"table": "demand.csv"},
            "traces": {"files": files}}
+    if d.reuse:
+        doc["kv_cache"] = {"reuse": "kv_reuse.csv"}
     head = (f"# Derived by `fleetplan demand` from {sum(f['rows'] for f in d.files):,} requests "
             f"({', '.join(Path(f['path']).name for f in d.files)}).\n"
             "# Merge into a scenario next to this folder's demand.csv: the workload fields patch the catalogue\n"
@@ -103,4 +108,6 @@ def write_demand(d: Derived, s: Scenario, specs: list[TraceSpec], out_dir, fill:
         for name, data in zip(("day.png", "minutes.png", "lengths.png"), figures.values()):
             (tmp / name).write_bytes(data)
         (tmp / "report.html").write_text(report.render(d, figures, workloads))
+        if d.reuse:
+            kv_reuse_table(d.reuse).to_csv(tmp / "kv_reuse.csv", index=False, float_format="%.6g")
     return out

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -78,6 +78,8 @@ class GroupPool:
     replicas: int
     requests_per_s: float
     speed: int = -1  # prefill feeds the decode pools of its speed class
+    cache_option: int = -1  # KV-cache tiers: the candidate cache the pool serves with (-1: the workload's own)
+    cache_hit_rate: float = 0.0  # that candidate's hit rate
 
 
 @dataclass(frozen=True)
@@ -111,11 +113,14 @@ class GroupResult:
 
 
 class PlanModel:
-    """The physics of a plan: replicas rebuilt from the scenario for each config in curves.csv."""
+    """The physics of a plan: replicas rebuilt from the scenario for each config in curves.csv;
+    ``reads``: per workload served from KV-cache tiers, the share of its hits each tier serves
+    and the tier's read in ms (`optimizer.instance.kvcache.read_law`)."""
 
-    def __init__(self, scenario, curves, exact_steps: bool = False):
+    def __init__(self, scenario, curves, exact_steps: bool = False, reads: dict | None = None):
         self.s = scenario
         self.exact_steps = exact_steps
+        self.reads = reads or {}
         self.curves = {row["id"]: row for row in curves.to_dict("records")}
         self._cache: dict = {}
 
@@ -168,6 +173,14 @@ class PlanModel:
 
 def _truthy(x) -> bool:
     return str(x).strip().lower() in ("true", "1", "1.0", "yes")
+
+
+def tier_reads_ms(law: tuple[np.ndarray, np.ndarray], hit: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Each request's read of its cached prefix: 0 on a miss, on a hit the read of a tier
+    drawn by the shares of hits the tiers serve."""
+    shares, read_ms = law
+    tier = rng.choice(len(shares), len(hit), p=shares)
+    return np.where(hit, read_ms[tier], 0.0)
 
 
 def group_seed(seed: int, group: Group) -> np.random.SeedSequence:
@@ -238,11 +251,13 @@ def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Op
     steady = _steady_states(model, w, entry, decode, flows.pool_rate)
     fill = max((sec for _, sec in steady.values()), default=0.0)
 
-    streams = [np.random.default_rng(x) for x in group_seed(seed, g).spawn(6)]
-    rng_arr, rng_len, rng_route, rng_spec_seed, rng_pool, rng_warm = streams
+    streams = [np.random.default_rng(x) for x in group_seed(seed, g).spawn(7)]
+    rng_arr, rng_len, rng_route, rng_spec_seed, rng_pool, rng_warm, rng_read = streams
     drawn = arrivals.draw(DrawInputs(g, w, routes, rates, requests, fill, opt, isl_dist, osl_dist, rng_arr, rng_route,
                                      rng_len))
     pool_of = _entry_pools(flows, drawn.route, rng_pool)
+    if any(p.cache_option >= 0 for p in entry):  # each pool serves its own candidate cache's hit rate
+        drawn = replace(drawn, cached=pool_cached(entry, pool_of, drawn.isl, w.shared_prefix_tokens, rng_read))
     spec_seeds = np.random.SeedSequence(rng_spec_seed.integers(2**63)).spawn(len(entry) + len(decode))
     sim = _Measured(model, opt, drawn, steady, isl_dist, osl_dist, w.itl_p99_ms / MS_PER_S, rng_warm,
                     iter(np.random.default_rng(x) for x in spec_seeds))
@@ -250,6 +265,7 @@ def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Op
 
     rtt = np.array([r.rtt_ms for r in routes])[drawn.route]
     ttft = rtt + s.serving.fixed_overhead_ms + (sim.first_time - drawn.t) * MS_PER_S
+    ttft = ttft + _reads_ms(model, w.id, entry, pool_of, drawn.cached > 0, rng_read)
     c = drawn.counted
     metros = np.array([r.metro for r in routes], dtype=object)[drawn.route]
     return GroupResult(g, len(drawn.t), metros[c], ttft[c], drawn.osl[c], drawn.osl[c] - 1, sim.ok_gaps[c], sim.hist,
@@ -302,6 +318,28 @@ def _steady_states(model: PlanModel, w, entry, decode, pool_rate: dict) -> dict:
         per_step = float(expected_tokens_per_step(spec.speculative[1], spec.speculative[0])) if spec.speculative else 1.0
         steady[key] = steady_state(spec, rate / pool.replicas, w, per_step)
     return steady
+
+
+def pool_cached(entry, pool_of: np.ndarray, isl: np.ndarray, prefix_tokens: float, rng) -> np.ndarray:
+    """Cached tokens per request with KV-cache tiers: a hit with its entry pool's candidate's
+    hit rate, reading the prefix (at most the prompt less one token)."""
+    hit_rate = np.array([p.cache_hit_rate for p in entry] + [0.0])[pool_of]  # -1 (no pool): index the 0
+    hit = rng.random(len(isl)) < hit_rate
+    return np.where(hit, np.minimum(int(prefix_tokens), isl - 1), 0).astype(np.int64)
+
+
+def _reads_ms(model: PlanModel, k: str, entry, pool_of: np.ndarray, hit: np.ndarray, rng) -> np.ndarray:
+    """Each request's tier read: by its workload's read law, or with candidate caches by its
+    entry pool's candidate's (`optimizer.instance.kvcache.read_law`)."""
+    out = np.zeros(len(hit))
+    if k in model.reads:
+        return tier_reads_ms(model.reads[k], hit, rng)
+    option = np.array([p.cache_option for p in entry] + [-1])[pool_of]
+    for o in sorted(set(option.tolist()) - {-1}):
+        if (k, o) in model.reads:
+            mask = option == o
+            out[mask] = tier_reads_ms(model.reads[(k, o)], hit[mask], rng)
+    return out
 
 
 def _entry_pools(flows: _Flows, route: np.ndarray, rng_pool) -> np.ndarray:

@@ -83,6 +83,15 @@ def state_routing(routing: pd.DataFrame, pools: pd.DataFrame, tier_rtt_ms: list[
 
 
 
+def _int(v) -> int:
+    """A sparse integer column's value (empty: -1, as written without tiers)."""
+    return -1 if pd.isna(v) else int(v)
+
+
+def _float(v) -> float:
+    return 0.0 if pd.isna(v) else float(v)
+
+
 def plan_groups(tables: dict[str, pd.DataFrame], slices, state: str | None = None,
                 tier_rtt_ms: list[float] | None = None) -> list[Group]:
     """The (site, workload, slice) groups of the plan folder's ``tables`` at ``slices``
@@ -104,7 +113,8 @@ def plan_groups(tables: dict[str, pd.DataFrame], slices, state: str | None = Non
                            for x in rows.itertuples() if x.requests_per_s > 0)
             here = p[(p["site"] == site) & (p["workload"] == k)]
             group_pools = tuple(GroupPool(x.role, int(x.tier), x.config, int(round(x.replicas)), float(x.requests_per_s),
-                                     int(getattr(x, "speed", -1)))
+                                     int(getattr(x, "speed", -1)), _int(getattr(x, "cache_option", -1)),
+                                     _float(getattr(x, "cache_hit_rate", 0.0)))
                                 for x in here.sort_values(["role", "tier", "config"]).itertuples())
             if routes:
                 groups.append(Group(site, k, period, day_type, int(hour), routes, group_pools))

@@ -78,12 +78,13 @@ def _row(s, workload: str, ttft, tokens, gaps, ok, hist) -> dict:
     }
 
 
-def predictions(s, tables: dict[str, pd.DataFrame], results: list[GroupResult]) -> dict:
+def predictions(s, tables: dict[str, pd.DataFrame], results: list[GroupResult], read_ms: dict | None = None) -> dict:
     """The predicted p99 TTFT and ITL of what was simulated, like with like: per group, the
     mixture of its routes (by their rates, each behind its round trip) through the pools of
     its slice (`optimizer.results.latency`); per (metro, workload), the mixture of that
-    metro's routes over the groups it was simulated in. {("group", key) | ("metro", metro,
-    workload): (ttft ms, itl ms)}."""
+    metro's routes over the groups it was simulated in; plus, for a workload served from
+    KV-cache tiers, the slowest read among them (``read_ms``), as the plan budgeted it.
+    {("group", key) | ("metro", metro, workload): (ttft ms, itl ms)}."""
     if not results:
         return {}
     slices = {(r.group.period, r.group.day_type, r.group.hour) for r in results}
@@ -93,17 +94,21 @@ def predictions(s, tables: dict[str, pd.DataFrame], results: list[GroupResult]) 
     configs = {cid: config_at(curves.loc[cid], s) for cid in pools["config"].unique()}
     prediction = predict(s, configs, pools)
     groups: dict = {}
+    workload_of: dict = {}
     for r in results:
         g = r.group
+        workload_of[("group", g.key)] = g.workload
         routes = [(x.metro, ((g.site, g.workload, x.tier, g.period, g.day_type, g.hour), x.requests_per_s, x.rtt_ms))
                   for x in g.routes if x.requests_per_s > 0]
         groups[("group", g.key)] = [route for _, route in routes]
         for metro, route in routes:
             groups.setdefault(("metro", metro, g.workload), []).append(route)
+            workload_of[("metro", metro, g.workload)] = g.workload
     keys = list(groups)
     ttft = prediction.ttft_p99_ms([groups[k] for k in keys])
     itl = prediction.itl_p99_ms([[(key, w) for key, w, _ in groups[k]] for k in keys])
-    return {k: (float(a), float(b)) for k, a, b in zip(keys, ttft, itl)}
+    reads = read_ms or {}
+    return {k: (float(a) + reads.get(workload_of[k], 0.0), float(b)) for k, a, b in zip(keys, ttft, itl)}
 
 
 def by_pool(s, predicted: dict, results: list[GroupResult]) -> pd.DataFrame:

@@ -27,6 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from optimizer.base.sources import shipped_data_dir
 
 SHIPPED_FILE = shipped_data_dir() / "serving_calibration.csv"
+# an engine release as engines number them: 1.3.0rc23, 0.5.16, 0.27.0, 25.04-trtllm
+VERSION_PATTERN = r"^[0-9]+(\.[0-9]+){1,3}([A-Za-z0-9.+-]*[A-Za-z0-9])?$"
 KINDS = ("prefill", "decode", "e2e")
 
 # name → (lower bound, upper bound, value where nothing is known) — the bounds a fit keeps
@@ -68,7 +70,9 @@ def _parameter(name: str):
 
 
 class ParameterSet(BaseModel):
-    """One accelerator (× engine × weight dtype) worth of physical parameters.
+    """One accelerator (× engine × weight dtype) worth of physical parameters, with the engine
+    release they were fitted to (``engine_version``; empty where no one release stands behind
+    them) — engine releases move a part's figures by tens of percent.
 
     prefill_mfu            η_max: compute efficiency of a large prefill pass
     prefill_half_tokens    s½: tokens in a pass at which prefill reaches η_max / 2,
@@ -94,6 +98,8 @@ class ParameterSet(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     accelerator: str = "*"
     engine: str = "*"
+    engine_version: str | None = Field(
+        None, pattern=VERSION_PATTERN, description="the engine release the parameters were fitted to, e.g. 1.3.0rc23")
     dtype: str = "*"
     prefill_mfu: float = _parameter("prefill_mfu")
     prefill_half_tokens: float = _parameter("prefill_half_tokens")
@@ -173,6 +179,10 @@ class Calibration(BaseModel):
             if ranked:
                 return min(ranked, key=lambda x: (x[0], x[1]))[2]
         return ParameterSet()
+
+    def fitted_at(self, accelerator: str, dtype: str) -> bool:
+        """Whether some entry was fitted to ``accelerator`` at exactly ``dtype`` (no "*")."""
+        return any(e.accelerator == accelerator and e.dtype == dtype for e in self.entries)
 
 
 def _cell(value: str):

@@ -23,9 +23,13 @@ latency_ms         pf/dec    prefill: the forward pass; decode: one step
 output_tokens      e2e       mean output tokens per request
 engine, version    no        serving engine (``trtllm``, ``vllm``, ``sglang``…) and version;
                              empty engine reads as ``any`` (the fit applies to every engine)
-weight_dtype       yes       ``bf16`` | ``fp8``: never assumed (2× in the fitted efficiencies)
-kv_dtype           no        default: the weight dtype
-ep, pp             no        expert / pipeline parallel degree (default 1)
+weight_dtype       yes       ``bf16`` | ``fp8`` | ``nvfp4`` | ``mxfp4`` | ``int4``
+                             (`optimizer.base.precision`): never assumed (2× in the fitted
+                             efficiencies)
+kv_dtype           no        ``bf16`` | ``fp8`` | ``nvfp4``; default: the weight dtype
+ep, pp             no        expert / pipeline parallel degree (default 1); prefill and decode
+                             rows with ep > 1: an expert-parallel replica of tp × ep GPUs
+                             with attention data-parallel, ``batch`` the replica's sequences
 gpus               no        e2e: GPUs the throughput was measured on, a whole number of
                              replicas of tp × pp GPUs (default: one replica)
 request_rate       no        e2e: offered requests/s (``inf`` for a closed loop)
@@ -76,11 +80,12 @@ import pandas as pd
 import yaml
 
 from optimizer.base.errors import Origin, ScenarioError
+from optimizer.base.precision import KV_FORMATS, WEIGHT_FORMATS
 from optimizer.scenario.calibration.stated import PrecisionError, Stated, engine_of, mlperf_statements, one_precision
 from optimizer.scenario.fields import range_text
 
 KINDS = ("prefill", "decode", "e2e")
-DTYPES = ("bf16", "fp8")
+DTYPES = WEIGHT_FORMATS  # the weights' precisions a row may state; its KV cache's: KV_FORMATS
 REQUIRED = ("kind", "model", "accelerator", "tp", "batch")
 TEXT = ("kind", "model", "accelerator", "engine", "version", "weight_dtype", "kv_dtype", "source", "as_of")
 NUMBERS = ("tp", "ep", "pp", "gpus", "batch", "prompt_tokens", "context_tokens", "output_tokens", "latency_ms",
@@ -149,9 +154,9 @@ def check_row(values: dict, file: str, row: int, sources: dict[str, str] | None 
         raise _error(f"missing: the row does not state the weights' precision, and fleetplan assumes none; expected "
                      f"{' or '.join(DTYPES)}", file, row, "weight_dtype")
     out.update(_provenance(out, sources or {}))
-    for name in ("weight_dtype", "kv_dtype"):
-        if out[name] not in DTYPES:
-            raise _error(f"expected one of {', '.join(DTYPES)}, got {out[name]!r}", file, row, name)
+    for name, known in (("weight_dtype", DTYPES), ("kv_dtype", KV_FORMATS)):
+        if out[name] not in known:
+            raise _error(f"expected one of {', '.join(known)}, got {out[name]!r}", file, row, name)
     for name in ("tp", "ep", "pp"):
         if name != "tp" and math.isnan(out[name]):
             out[name] = 1.0
