@@ -20,7 +20,7 @@ from optimizer.base.units import HOURS_PER_YEAR
 from optimizer.commands.pipeline import make_plan
 from optimizer.curves.cache import mean_prefill_tokens
 from optimizer.curves.kvtiers import cached_tokens, hit_rate, read_time_ms, tier_hit_shares
-from optimizer.instance.kvcache import cache_options, size_workload, with_kv_cache
+from optimizer.instance.kvcache import cache_options, with_kv_cache, workload_options
 from optimizer.scenario import load_scenario
 from optimizer.scenario.kvcache import HOURS_PER_MONTH, Reuse, Tier
 
@@ -72,7 +72,7 @@ def _tier(tid, usd_per_gb_month, bandwidth=40.0, latency=1.0):
 
 
 def _size(tiers, reuse=REUSE, usd_per_hit=1e-4, ttft_ms=1000.0, ratio=0.6):
-    return size_workload("w", tiers, reuse, 1000.0, 1000.0, ttft_ms, 0.1, usd_per_hit, ratio)
+    return workload_options("w", tiers, reuse, 1000.0, 1000.0, ttft_ms, 0.1, usd_per_hit, ratio)[1]  # the optimum
 
 
 def test_the_candidates_are_the_frontier_around_the_pre_solve_optimum():
