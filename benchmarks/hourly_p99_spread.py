@@ -29,12 +29,11 @@ from pathlib import Path
 import numpy as np
 
 from optimizer.base.units import SECONDS_PER_HOUR
-from optimizer.commands.verify import fifo_pool, verify_plan
-from optimizer.curves.lengths import LengthDistribution
-from optimizer.curves.prefill_batch import pass_time_s
-from optimizer.curves.roofline import prefill_time_s
-from optimizer.scenario import load_scenario
-from optimizer.serving.configs import make_replica, prefill_config
+from optimizer.commands.verify import verify_plan
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from prefill_wait_tail import pool_arguments, simulated_waits, the_pool  # noqa: E402
 
 UTILISATIONS = (0.5, 0.7, 0.8)
 LONG_RUN_Q = 0.99
@@ -42,24 +41,12 @@ LONG_RUN_Q = 0.99
 
 def hourly_waits(r, w, isl, batch_tokens, servers, lam, hours, seed):
     """(waits in s, the hour of each arrival) of ``hours`` simulated hours."""
-    rng = np.random.default_rng(seed)
-    n = int(lam * SECONDS_PER_HOUR * hours)
-    t = np.cumsum(rng.exponential(1.0 / lam, n))
-    s = isl.sample(rng, n)
-    hit = rng.random(n) < w.prompt_cache_hit_rate
-    cached = np.where(hit, np.minimum(int(w.shared_prefix_tokens), s - 1), 0)
-    start, _ = fifo_pool(t, servers, prefill_time_s(r, s, cached), tokens=s, cached=cached, batch_tokens=batch_tokens,
-                         batch_service=lambda tok, cac: pass_time_s(r, tok, cac))
-    return start - t, np.floor(t / SECONDS_PER_HOUR).astype(np.int64)
+    t, wait = simulated_waits(r, w, isl, batch_tokens, servers, lam, int(lam * SECONDS_PER_HOUR * hours), seed)
+    return wait, np.floor(t / SECONDS_PER_HOUR).astype(np.int64)
 
 
 def pool_table(args) -> None:
-    s, _ = load_scenario(args.scenario)
-    w = s.workloads[args.workload]
-    m, a = s.models[w.model], s.accelerators[args.gpu]
-    r = make_replica(m, a, s.serving, args.gpus, w.weight_dtype, w.kv_dtype)
-    c = prefill_config(w, m, a, r, s.serving, check_fit=False, batch_tokens=args.batch_tokens)
-    isl = LengthDistribution(w.isl_mean_tokens, w.isl_p99_tokens, m.max_context)
+    w, r, c, isl = the_pool(args)
     print("| replicas | utilisation | requests an hour | long-run p99 wait (ms) | an hour's p99 / long-run: "
           "10th, 50th, 90th percentile of hours | hourly share over the long-run p99: sd |")
     print("|---:|---:|---:|---:|---|---:|")
@@ -93,11 +80,7 @@ def plan_table(plan_dir: Path, seeds: int) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scenario", default="data/scenarios/deepseek-moe.yaml")
-    ap.add_argument("--workload", default="reasoning")
-    ap.add_argument("--gpu", default="h200-sxm")
-    ap.add_argument("--gpus", type=int, default=8)
-    ap.add_argument("--batch-tokens", type=int, default=8192, help="0: one prompt at a time")
+    pool_arguments(ap)
     ap.add_argument("--servers", default="1,2,4")
     ap.add_argument("--hours", type=int, default=40)
     ap.add_argument("--plan", type=Path, help="a plan folder to verify under several seeds")

@@ -33,7 +33,27 @@ UTILISATIONS = (0.5, 0.6, 0.7, 0.8, 0.85)
 HOUR_S = 3600.0
 
 
-def simulate_p99_s(r, w, isl, batch_tokens, servers, lam, arrivals, seed):
+def pool_arguments(ap: argparse.ArgumentParser) -> None:
+    """The flags that name one prefill pool (shared with `hourly_p99_spread.py`)."""
+    ap.add_argument("--scenario", default="data/scenarios/deepseek-moe.yaml")
+    ap.add_argument("--workload", default="reasoning")
+    ap.add_argument("--gpu", default="h200-sxm")
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--batch-tokens", type=int, default=8192, help="0: one prompt at a time")
+
+
+def the_pool(args):
+    """(workload, replica, prefill config, prompt law) of the pool ``args`` name."""
+    s, _ = load_scenario(args.scenario)
+    w = s.workloads[args.workload]
+    m, a = s.models[w.model], s.accelerators[args.gpu]
+    r = make_replica(m, a, s.serving, args.gpus, w.weight_dtype, w.kv_dtype)
+    c = prefill_config(w, m, a, r, s.serving, check_fit=False, batch_tokens=args.batch_tokens)
+    return w, r, c, LengthDistribution(w.isl_mean_tokens, w.isl_p99_tokens, m.max_context)
+
+
+def simulated_waits(r, w, isl, batch_tokens, servers, lam, arrivals, seed):
+    """(arrival times, waits) in s of ``arrivals`` Poisson arrivals through `verify`'s FIFO pool."""
     rng = np.random.default_rng(seed)
     t = np.cumsum(rng.exponential(1.0 / lam, arrivals))
     s = isl.sample(rng, arrivals)
@@ -41,26 +61,22 @@ def simulate_p99_s(r, w, isl, batch_tokens, servers, lam, arrivals, seed):
     cached = np.where(hit, np.minimum(int(w.shared_prefix_tokens), s - 1), 0)
     start, _ = fifo_pool(t, servers, prefill_time_s(r, s, cached), tokens=s, cached=cached, batch_tokens=batch_tokens,
                          batch_service=lambda tok, cac: pass_time_s(r, tok, cac))
-    return float(np.quantile((start - t)[arrivals // 10:], 0.99))
+    return t, start - t
+
+
+def simulate_p99_s(r, w, isl, batch_tokens, servers, lam, arrivals, seed):
+    _, wait = simulated_waits(r, w, isl, batch_tokens, servers, lam, arrivals, seed)
+    return float(np.quantile(wait[arrivals // 10:], 0.99))
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scenario", default="data/scenarios/deepseek-moe.yaml")
-    ap.add_argument("--workload", default="reasoning")
-    ap.add_argument("--gpu", default="h200-sxm")
-    ap.add_argument("--gpus", type=int, default=8)
-    ap.add_argument("--batch-tokens", type=int, default=8192, help="0: one prompt at a time")
+    pool_arguments(ap)
     ap.add_argument("--servers", default="1,2")
     ap.add_argument("--arrivals", type=int, default=200_000)
     ap.add_argument("--seeds", type=int, default=2)
     args = ap.parse_args(argv)
-    s, _ = load_scenario(args.scenario)
-    w = s.workloads[args.workload]
-    m, a = s.models[w.model], s.accelerators[args.gpu]
-    r = make_replica(m, a, s.serving, args.gpus, w.weight_dtype, w.kv_dtype)
-    c = prefill_config(w, m, a, r, s.serving, check_fit=False, batch_tokens=args.batch_tokens)
-    isl = LengthDistribution(w.isl_mean_tokens, w.isl_p99_tokens, m.max_context)
+    w, r, c, isl = the_pool(args)
     print(f"{c.id}: S̄ {c.service_mean_s * 1e3:.1f} ms, c² {c.service_scv:.3f}, E[S³]/E[S]³ "
           f"{c.service_third_ratio:.2f}, k_B {c.batch_prompts:.3f}, S_B {c.batch_pass_ms:.1f} ms", file=sys.stderr)
     print("| replicas | utilisation | arrivals/s | p99 wait simulated (ms) | one hour's p99 (ms) | exponential law | "

@@ -20,7 +20,7 @@ from optimizer.base.units import HOURS_PER_YEAR
 from optimizer.commands.pipeline import make_plan
 from optimizer.curves.cache import mean_prefill_tokens
 from optimizer.curves.kvtiers import cached_tokens, hit_rate, read_time_ms, tier_hit_shares
-from optimizer.instance.kvcache import cache_options, size_workload, with_kv_cache
+from optimizer.instance.kvcache import cache_options, with_kv_cache, workload_options
 from optimizer.scenario import load_scenario
 from optimizer.scenario.kvcache import HOURS_PER_MONTH, Reuse, Tier
 
@@ -72,7 +72,7 @@ def _tier(tid, usd_per_gb_month, bandwidth=40.0, latency=1.0):
 
 
 def _size(tiers, reuse=REUSE, usd_per_hit=1e-4, ttft_ms=1000.0, ratio=0.6):
-    return size_workload("w", tiers, reuse, 1000.0, 1000.0, ttft_ms, 0.1, usd_per_hit, ratio)
+    return workload_options("w", tiers, reuse, 1000.0, 1000.0, ttft_ms, 0.1, usd_per_hit, ratio)[1]  # the optimum
 
 
 def test_the_candidates_are_the_frontier_around_the_pre_solve_optimum():
@@ -352,3 +352,25 @@ def test_verify_serves_a_folder_written_before_candidates_at_its_presolve_optimu
         assert read_ms_added(plan, reads)[k] == pytest.approx(optimum[k].ttft_added_ms)
     assert set(reads) == set(cached)  # keyed by workload, as the folder was planned
     assert verify_plan(folder, requests=4000, seed=0).summary["all_objectives_met"]
+
+
+@pytest.mark.parametrize("column,value,field", [("cache_hit_rate", 0.99, "cache_hit_rate"),
+                                                ("cache_option", 9, "cache_option")])
+def test_a_hand_edited_pool_cache_is_refused_by_verify(tmp_path, capsys, column, value, field):
+    """A pool's candidate cache or its hit rate edited in pools.csv would simulate a cache the
+    plan never priced: verify refuses it in one line naming the file, line and field, and
+    writes nothing."""
+    import pandas as pd
+
+    from optimizer.cli.main import main
+    from optimizer.folder.write import write_plan
+
+    folder = write_plan(make_plan(TINY, TIERS, exact=True, time_limit_s=60), tmp_path / "p")
+    pools = pd.read_csv(folder / "pools.csv")
+    row = int(pools.index[pools["cache_option"] >= 0][0])
+    pools.loc[row, column] = value
+    pools.to_csv(folder / "pools.csv", index=False)
+    assert main(["verify", str(folder), "--requests", "2000"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"pools.csv, line {row + 2}, field '{field}'" in err, err
+    assert not (folder / "verify.csv").exists()

@@ -118,6 +118,9 @@ CASES = {
                                          r"summary\.json, field 'goodput_tokens_per_s_avg'"),
     "versions as text": (_edit_json("summary.json", lambda d: d.update(versions="1.0")),
                          r"summary\.json, field 'versions'"),
+    # the fuzz found `verify` crashing on this one
+    "token billing as text": (_edit_json("summary.json", lambda d: d.update(token_billing="")),
+                              r"summary\.json, field 'token_billing'"),
     "a retyped calibration": (_edit_json("scenario.json", lambda d: d.update(calibration="h100.yaml")),
                               r"scenario\.json.*calibration"),
     "a procurement row twice": (_repeat_last_row("procurement.csv"),  # the egress row: `report` crashed on it

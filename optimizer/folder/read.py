@@ -53,7 +53,9 @@ SUMMARY_OPTIONAL = {
     "cost_per_million_tokens_usd": (int, float), "goodput_tokens_per_s_avg": (int, float),
     "goodput_tokens_per_s_peak": (int, float), "tokens_per_s_per_mw": (int, float), "baseline_cost_usd": (int, float),
     "quality": (str,), "bounds": (list,), "gap_split": (dict,), "gap_history": (list,),
-    "baseline_cannot_serve": (dict,), "baseline_comparison": (dict,),
+    "baseline_cannot_serve": (dict,), "baseline_comparison": (dict,), "token_billing": (dict,), "kv_cache": (dict,),
+    "carbon": (dict,), "fleet": (dict,), "spot": (dict,), "churn": (dict,), "robust": (dict,),
+    "baseline_cost_usd_by_workload": (dict,), "verification": (dict,),
 }
 
 NOISE_RPS = 1e-6  # requests/s

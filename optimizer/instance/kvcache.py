@@ -146,13 +146,6 @@ def _cache(workload: str, tiers: list[Tier], reuse: Reuse, prompt_tokens: float,
                          tuple(float(p) for p in price), cached, usd_per_hit, ratio, reuse.reuse_probability)
 
 
-def size_workload(workload: str, tiers: list[Tier], reuse: Reuse, prompt_tokens: float, kv_bytes: float,
-                  ttft_ms: float, max_read_share: float, usd_per_hit: float, ratio: float) -> WorkloadCache:
-    """The grid search of the module docstring for one workload: the pre-solve optimum."""
-    return workload_options(workload, tiers, reuse, prompt_tokens, kv_bytes, ttft_ms, max_read_share,
-                            usd_per_hit, ratio)[1]
-
-
 def workload_options(workload: str, tiers: list[Tier], reuse: Reuse, prompt_tokens: float, kv_bytes: float,
                      ttft_ms: float, max_read_share: float, usd_per_hit: float,
                      ratio: float) -> tuple[tuple[WorkloadCache, ...], WorkloadCache]:

@@ -73,6 +73,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from optimizer.base.errors import Origin, ScenarioError
 from optimizer.base.outputs import write_csv, write_text_atomic
 from optimizer.base.units import Role
 from optimizer.commands.verify.arrivals import POISSON
@@ -149,10 +150,12 @@ def served_scenario(plan, plan_dir):
     s = scenario_of(plan, plan_dir)
     both = cache_options(s)
     if both is None:
+        check_pool_caches(plan.tables["pools"], {}, Path(plan_dir))
         return s, {}
     served = plan.summary.get("kv_cache", {}).get("workloads", {})
     options = {k: planned_options(o, served.get(k, {}).get("options", [])) for k, o in both[0].items()}
     legacy = {k for k in options if not served.get(k, {}).get("options")}
+    check_pool_caches(plan.tables["pools"], {k: o for k, o in options.items() if k not in legacy}, Path(plan_dir))
     main = {k: max(range(len(o)), key=lambda i: (_share(served, k, i), -i)) for k, o in options.items()}
     chosen = {k: both[1][k] if k in legacy else o[main[k]] for k, o in options.items()}
     s = with_kv_cache(s, chosen, objectives_less_reads=False)
@@ -164,6 +167,28 @@ def served_scenario(plan, plan_dir):
             for i, law in read_law(dict(enumerate(o))).items():
                 reads[(k, i)] = law
     return s, reads
+
+
+def check_pool_caches(pools: pd.DataFrame, options: dict, plan_dir: Path) -> None:
+    """Each pool's candidate cache in pools.csv is one the plan chose among, at that
+    candidate's hit rate — both follow from the scenario's ``kv_cache`` section, so a
+    hand-edited cell would simulate a cache the plan never priced."""
+    if "cache_option" not in pools:
+        return
+    for line, row in enumerate(pools.itertuples(index=False), start=2):
+        option = int(row.cache_option)
+        if option < 0:
+            continue
+        cands = options.get(row.workload, ())
+        origin = Origin(str(plan_dir / "pools.csv"), line)
+        if option >= len(cands):
+            chose = f"0 to {len(cands) - 1}" if cands else "none: the scenario has no kv_cache tiers for it"
+            raise ScenarioError(f"candidate cache {option} of {row.workload} is not one the plan chose among ({chose})",
+                                origin, field="cache_option")
+        if abs(float(row.cache_hit_rate) - cands[option].hit_rate) > 1e-6:
+            raise ScenarioError(f"hit rate {float(row.cache_hit_rate):g} is not candidate {option}'s "
+                                f"{cands[option].hit_rate:.6f} (set by the scenario's kv_cache section; change that "
+                                "and plan again)", origin, field="cache_hit_rate")
 
 
 def planned_options(generated: tuple, rows: list[dict]) -> tuple:

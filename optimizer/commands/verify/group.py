@@ -331,9 +331,9 @@ def pool_cached(entry, pool_of: np.ndarray, isl: np.ndarray, prefix_tokens: floa
 def _reads_ms(model: PlanModel, k: str, entry, pool_of: np.ndarray, hit: np.ndarray, rng) -> np.ndarray:
     """Each request's tier read: by its workload's read law, or with candidate caches by its
     entry pool's candidate's (`optimizer.instance.kvcache.read_law`)."""
-    out = np.zeros(len(hit))
     if k in model.reads:
         return tier_reads_ms(model.reads[k], hit, rng)
+    out = np.zeros(len(hit))
     option = np.array([p.cache_option for p in entry] + [-1])[pool_of]
     for o in sorted(set(option.tolist()) - {-1}):
         if (k, o) in model.reads:
