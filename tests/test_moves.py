@@ -169,3 +169,19 @@ def test_a_pairs_commitment_kept_up_to_date_equals_one_priced_from_scratch(us_ea
         assert trial.nodes == fresh.nodes and list(trial.ondemand) == list(fresh.ondemand)
         pair.keep(token)
     assert pair.current.cost_usd == pytest.approx(rule.best(*key, need).cost_usd, rel=1e-12)
+
+
+def test_a_node_every_hour_needs_is_freed_by_a_year_merge(tiny, optimum, monkeypatch):
+    """The tiny master's fractional H100 replicas round to an H100 node that both hours use; a
+    merge into the L40S pool in one hour alone adds an L40S node and keeps the H100 one, so only
+    the merge in every hour at once reaches the brute-force optimum (one L40S node)."""
+    from optimizer.solve import moves
+
+    first = _first(tiny)
+    gpus = lambda sol: {g for (_, g, _), n in gpus_in_replicas(tiny, sol.replicas).items() if n}  # noqa: E731
+    assert gpus(first) == {"h100-sxm"}  # the premise: the master's plan is on H100
+    better, _ = improve_by_moves(tiny, first, 3000)
+    assert gpus(better) == {"l40s"} and plan_cost(tiny, better) == pytest.approx(optimum, rel=REL)
+    monkeypatch.setattr(moves, "year_merges", lambda plan: iter(()))
+    hourly, _ = improve_by_moves(tiny, first, 3000)
+    assert plan_cost(tiny, hourly) > optimum * 1.5

@@ -9,6 +9,9 @@ decode speed classes are kept, so every request stays inside its objective:
 * merge  — all of an entry pool's load into another prefill or colocated pool of its (site,
            workload, tier) — another accelerator or serving mode; a prefill pool's requests go
            on to the decode pools of its speed class, so those loads follow;
+* year merge — the same in every nominal state at once: a node that every hour needs is freed
+           only when every hour leaves it (one state's merge alone would add the target's
+           nodes and keep the source's);
 * decode — all of a decode pool's load into another decode pool of its (site, workload,
            class);
 * route  — one (metro, workload)'s requests in one state from its (site, tier) to another arc
@@ -142,6 +145,7 @@ class WholePlan:
             cost += committed.cost_usd - pair.current.cost_usd
             feasible = feasible and not committed.over_cap
         feasible = feasible and all(self._power_ok(site, pairs) for site in {s for s, _ in pairs})
+        feasible = feasible and self._budget_ok(pairs)
         return PricedMove(cost, gpus, loads, routes or {}, replicas, pairs, feasible)
 
     def _power_ok(self, site: str, pairs: dict) -> bool:
@@ -153,6 +157,19 @@ class WholePlan:
                 c = trial if trial is not None else self.pairs[(s, g)].current
                 kw += node_kw(self.inst, s, g, c.nodes + c.ondemand)
         return bool((kw <= self.inst.power_kw[site] * (1 + 1e-9)).all())
+
+    def _budget_ok(self, pairs: dict) -> bool:
+        """A churn budget not shared out per pair (`steps._within_the_budget`) kept by the
+        whole fleet: Σ |c − c⁰| + max(0, P − P⁰) ≤ B over every pair."""
+        limits = self.inst.churn
+        if limits is None or limits.max_changes is None or limits.allotted is not None:
+            return True
+        committed, peak = {}, {}
+        for key, pair in self.pairs.items():
+            trial = pairs.get(key, (None, None))[1]
+            c = trial if trial is not None else pair.current
+            committed[key], peak[key] = c.nodes, int(c.ondemand.max(initial=0))
+        return limits.used(committed, peak) <= limits.max_changes
 
     def apply(self, move: PricedMove) -> None:
         for sid, pools in move.loads.items():
@@ -237,6 +254,30 @@ def merges(plan: WholePlan, sid: int):
             yield {sid: pools}, None
 
 
+def year_merges(plan: WholePlan):
+    """Each entry pool's load in every nominal state into another pool of its tier, the pools
+    with the least load over the year first."""
+    inst = plan.inst
+    year: dict = defaultdict(float)
+    for sid in plan.rule.ids:
+        for pid, y in plan.loads[sid].items():
+            if inst.pools[pid].role != Role.DECODE:
+                year[pid] += y
+    for pid in sorted(year, key=lambda q: (year[q], q)):
+        p = inst.pools[pid]
+        for other in inst.tier_pools.get((p.regime, p.site, p.workload, p.tier), []):
+            states = [sid for sid in plan.rule.ids if pid in plan.loads[sid]]
+            if other == pid or not states:
+                continue
+            loads = {}
+            for sid in states:
+                y = plan.loads[sid][pid]
+                pools = {pid: 0.0, other: plan.loads[sid].get(other, 0.0) + y}
+                _decode_follow(plan, sid, pools, p.site, p.workload, _class(p), _class(inst.pools[other]), y)
+                loads[sid] = pools
+            yield loads, None
+
+
 def decode_merges(plan: WholePlan, sid: int):
     """Each loaded decode pool's load into another decode pool of its class, smallest first."""
     inst, loads = plan.inst, plan.loads[sid]
@@ -318,10 +359,10 @@ class Search:
 
 
 def improve_by_moves(inst: Instance, sol: Solution, budget: int, stop=lambda: False) -> tuple[Solution, Search]:
-    """Moves (module docstring) in rounds over the nominal states — merges, decode merges, then
-    route shifts — first improvement, until a round keeps nothing or ``budget`` moves have been
-    priced (or ``stop()``, the wall-clock cap, says so). Returns the improved plan (made whole
-    by `commitments.commit`) and what the search did."""
+    """Moves (module docstring) in rounds: over the nominal states merges, decode merges and
+    route shifts, then year merges — first improvement, until a round keeps nothing or
+    ``budget`` moves have been priced (or ``stop()``, the wall-clock cap, says so). Returns the
+    improved plan (made whole by `commitments.commit`) and what the search did."""
     plan = WholePlan(inst, sol)
     done = Search(before_usd=plan.cost_usd)
     arcs_of = arcs_by_demand(inst)
@@ -330,16 +371,25 @@ def improve_by_moves(inst: Instance, sol: Solution, budget: int, stop=lambda: Fa
         kept_in_round = False
         for sid in plan.rule.ids:
             for generate in (merges(plan, sid), decode_merges(plan, sid), route_shifts(plan, sid, arcs_of)):
-                for loads, routes in generate:
-                    if done.priced >= budget:
-                        break
-                    move = plan.price(loads, routes)
-                    done.priced += 1
-                    if move.better:
-                        plan.apply(move)
-                        done.kept += 1
-                        kept_in_round = True
+                kept_in_round |= _first_improvements(plan, generate, done, budget)
             if stop():
                 break
+        kept_in_round |= _first_improvements(plan, year_merges(plan), done, budget, stop)
     done.after_usd = plan.cost_usd
     return (plan.solution() if done.kept else sol), done
+
+
+def _first_improvements(plan: WholePlan, generate, done: Search, budget: int, stop=lambda: False) -> bool:
+    """Prices the moves ``generate`` yields, keeping each that is better, until ``budget``
+    moves have been priced in all; True when one was kept."""
+    kept = False
+    for loads, routes in generate:
+        if done.priced >= budget or stop():
+            break
+        move = plan.price(loads, routes)
+        done.priced += 1
+        if move.better:
+            plan.apply(move)
+            done.kept += 1
+            kept = True
+    return kept
