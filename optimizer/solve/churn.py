@@ -42,6 +42,11 @@ def allot_from(inst: Instance, lp, x) -> Instance:
     return replace(inst, churn=allot(inst.churn, churn.wanted(lp, x)))
 
 
+def unshared(inst: Instance) -> Instance:
+    """``inst`` with its budget no longer shared out per pair (the limits themselves kept)."""
+    return inst if inst.churn is None else replace(inst, churn=replace(inst.churn, allotted=None))
+
+
 def shadow_prices(lp, row_dual) -> list[dict]:
     """The binding churn limits of a master LP with their shadow prices: $ of the year's plan
     per node the limit is loosened by (a pair's growth rows of every state together), as

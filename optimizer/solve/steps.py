@@ -146,6 +146,8 @@ def _master_solve(ctx: Context, kind: str, coefficients: dict) -> tuple[Candidat
     _price_the_cap(ctx, out)
     ctx.inst = churn.allot_from(ctx.inst, ctx.cache.lp, out.x)  # the budget as the master used it, for the searches
     new = candidate(ctx.inst, repair(ctx.inst, reading.flows, reading.routes, reading.unserved))
+    if not fits(new.solution):
+        new = _within_the_budget(ctx, reading) or new
     ctx.last_fit = new
     ctx.log.append(SolveStep(kind, out.status, out.objective, out.bound, time.perf_counter() - t, new.cost_usd))
     ctx.say(f"{kind} solve: {out.status}, linearised ${out.objective:,.0f}, whole plan ${new.cost_usd:,.0f}"
@@ -154,6 +156,21 @@ def _master_solve(ctx: Context, kind: str, coefficients: dict) -> tuple[Candidat
     if not fits(new.solution):
         _reserve_room(ctx, new.solution, coefficients)
     return new, out
+
+
+def _within_the_budget(ctx: Context, reading) -> Candidate | None:
+    """The master's fractional changes can share a churn budget out to pairs its whole plan
+    cannot use (fractions of a node wanted at one accelerator, a whole node needed at
+    another): the whole plan made with the budget not shared, when it keeps the budget; the
+    searches then keep the budget as a whole (`moves.WholePlan`); None otherwise."""
+    if ctx.inst.churn is None or ctx.inst.churn.max_changes is None:
+        return None
+    free = churn.unshared(ctx.inst)
+    sol = repair(free, reading.flows, reading.routes, reading.unserved)
+    if not fits(sol) or churn.breaches(free, sol):
+        return None
+    ctx.inst = free
+    return candidate(ctx.inst, sol)
 
 
 def _price_the_cap(ctx: Context, out) -> None:
