@@ -6,7 +6,8 @@ first plan (`steps.bound`); moves priced exactly improve it (`steps.improve`, `m
 ``refine`` (`anytime`) spends the rest of the effort's work on better plans and better bounds.
 The gap compares the kept plan with the best bound found. Exact mode (`exact`) makes replicas
 integer with f exact on the integers, for small instances and checks; it is chosen
-automatically where the exact model is small.
+automatically where the exact model is small, and where HiGHS stops short of the gap target
+the same searches go on from its plan (`exact_mode`).
 
 Work is counted in units that do not depend on the machine (moves priced, branch-and-bound
 nodes, programs solved to their end): the same scenario, flags and version give the same plan
@@ -31,8 +32,8 @@ from optimizer.solve.anytime import gap_split, refine
 from optimizer.solve.cache import ModelCache
 from optimizer.solve.exact import solve_exact
 from optimizer.solve.pricing import at_sizes, plan_cost, pool_sizes, size_choices
-from optimizer.solve.settings import Candidate, SolveResult, SolverSettings, SolveStep
-from optimizer.solve.steps import FIRST_PLAN_FUNCTIONS, Context, fits
+from optimizer.solve.settings import WORK, Candidate, SolveResult, SolverSettings, SolveStep
+from optimizer.solve.steps import FIRST_PLAN_FUNCTIONS, Context, fits, improve
 
 AUTO_EXACT_BINARIES = 3000
 STEP_FUNCTIONS = {**FIRST_PLAN_FUNCTIONS, "refine": refine}
@@ -61,7 +62,7 @@ def solve(inst: Instance, settings: SolverSettings, progress=None, cache: ModelC
     ctx = Context(inst, cache, settings, start + settings.cap_s, say, largest, guess, started=solving)
     first_plan = None
     if settings.exact:
-        best = solve_exact(ctx)
+        best = exact_mode(ctx)
     else:
         best = None
         for name in settings.steps:
@@ -95,6 +96,18 @@ def solve(inst: Instance, settings: SolverSettings, progress=None, cache: ModelC
     return SolveResult(status, best.solution, best.cost_usd, bound, gap, build_s, handoff_s,
                        time.perf_counter() - solving, ctx.log, size, settings.exact, ctx.history, ctx.bounds,
                        ctx.first_plan_s, split, ctx.stopped_by_clock, dict(ctx.work), churn_prices(ctx, largest))
+
+
+def exact_mode(ctx: Context) -> Candidate:
+    """The one MIP for the first effort's branch-and-bound nodes; where HiGHS stops short of the
+    gap target, the moves from its plan (`steps.improve`), then — with the ``refine`` step — the
+    rest of the effort's work (`anytime.refine`: more moves, the MIP again started from the best
+    plan). Each effort does what the one before did, then more."""
+    best = solve_exact(ctx, min(WORK["first"].exact_nodes, ctx.settings.work.exact_nodes))
+    if ctx.met() or ctx.out_of_time():
+        return best
+    best = improve(ctx, best)
+    return refine(ctx, best) if "refine" in ctx.settings.steps else best
 
 
 def churn_prices(ctx: Context, largest: dict) -> list[dict]:

@@ -62,9 +62,9 @@ def run_exact(ctx, cache, what: str, nodes: int) -> tuple[Candidate | None, obje
     return plan, out, seconds
 
 
-def solve_exact(ctx) -> Candidate:
-    """Exact mode: the one MIP already in ``ctx.cache``, for the effort's nodes."""
-    plan, out, _ = run_exact(ctx, ctx.cache, "exact", ctx.settings.work.exact_nodes)
+def solve_exact(ctx, nodes: int) -> Candidate:
+    """Exact mode: the one MIP already in ``ctx.cache``, for ``nodes`` branch-and-bound nodes."""
+    plan, out, _ = run_exact(ctx, ctx.cache, "exact", nodes)
     if plan is None:
         raise InfeasibleError(f"the exact model has no plan ({out.status}): no whole plan fits the sites' supply "
                               "caps and megawatts")
