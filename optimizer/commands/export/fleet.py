@@ -24,6 +24,7 @@ deployment.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,11 +59,19 @@ NODE_LABEL = "fleetplan.io/accelerator"  # nodes of an accelerator carry this la
 ANNOTATION = "fleetplan.io/"
 
 
+DNS_NAME_MAX = 63
+
+
 def dns_name(*parts) -> str:
-    """A Kubernetes object name (RFC 1123 label): lower case, digits and '-', at most 63."""
+    """A Kubernetes object name (RFC 1123 label): lower case, digits and '-', at most 63. A
+    longer one is cut and ends in 8 hex digits of its whole text's SHA-1, so that two names
+    differing only past the cut (two latency tiers of a pool) stay two."""
     text = "-".join(str(p) for p in parts if str(p))
     text = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
-    return text[:63].rstrip("-")
+    if len(text) <= DNS_NAME_MAX:
+        return text
+    digest = hashlib.sha1(text.encode()).hexdigest()[:8]
+    return f"{text[:DNS_NAME_MAX - len(digest) - 1].rstrip('-')}-{digest}"
 
 
 @dataclass(frozen=True)
