@@ -28,6 +28,9 @@ from optimizer.serving.configs import ServingConfig
 
 TINY = Path(__file__).parent / "data" / "tiny.yaml"
 US_EAST = DATA_DIR / "scenarios" / "us-east.yaml"
+# either tiny site serves its demand at the same cost: which one a plan picks is the solver's
+# tie-break unless one is dearer
+DEARER_DALLAS = "sites.dallas.price_multiplier=1.01"
 
 
 def load_instance(path, overrides=()) -> Instance:

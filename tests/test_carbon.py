@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from instances import TINY, load_instance
+from instances import DEARER_DALLAS, TINY, load_instance
 
 from optimizer.base.errors import InfeasibleError, ScenarioError
 from optimizer.commands.operate import OperatedCommitment, operate_slices
@@ -76,13 +76,13 @@ def test_a_carbon_price_is_paid_on_the_tonnes_and_never_raises_them():
 
 def test_a_binding_cap_moves_load_to_the_cleaner_site():
     """Chicago's grid (418 g/kWh) is dirtier than Dallas's (363) and either site serves the
-    tiny scenario at the same cost: unconstrained, the plan may pick Chicago; a cap below its
-    tonnes moves the load to Dallas at no more cost, and the plan keeps the cap."""
-    free = make_plan(TINY)
+    tiny scenario; with Dallas's GPUs 1 % dearer the plan picks Chicago; a cap below its tonnes
+    moves the load to Dallas at a higher cost, and the plan keeps the cap."""
+    free = make_plan(TINY, [DEARER_DALLAS])
     tonnes = free.summary["carbon"]["t_per_year"]
     assert _served_at(free, "chicago") > 0.5  # the premise: the cap has something to move
     cap = 0.95 * tonnes
-    capped = make_plan(TINY, [f"carbon.cap_t_per_year={cap}"])
+    capped = make_plan(TINY, [DEARER_DALLAS, f"carbon.cap_t_per_year={cap}"])
     assert capped.summary["carbon"]["t_per_year"] <= cap * (1 + 1e-6)
     assert capped.summary["carbon"]["over_cap_t"] == pytest.approx(0.0, abs=1e-6)
     assert _served_at(capped, "dallas") > _served_at(free, "dallas") + 0.5
@@ -94,10 +94,13 @@ def test_a_binding_cap_moves_load_to_the_cleaner_site():
 def test_without_the_exact_model_a_capped_plan_still_keeps_its_cap():
     """Through the master and its whole plans (the default steps, not the exact model of a small
     instance): the first whole plan emits more than the master's fractional nodes and is over
-    the cap, the master is solved again below it ("cap"), and the plan kept keeps the cap."""
-    free = make_plan(TINY, exact=False)
+    the cap, the master is solved again below it ("cap"), and the plan kept keeps the cap. L40S
+    only: the master's fractional H100 replicas round to an H100 node emitting twice the cap,
+    which no lower cap can undo (the moves then bring it down to an L40S node)."""
+    l40s = [DEARER_DALLAS, "accelerators=[l40s]"]
+    free = make_plan(TINY, l40s, exact=False)
     cap = 0.95 * free.summary["carbon"]["t_per_year"]
-    capped = make_plan(TINY, [f"carbon.cap_t_per_year={cap}"], exact=False)
+    capped = make_plan(TINY, [*l40s, f"carbon.cap_t_per_year={cap}"], exact=False)
     kinds = [step["kind"] for step in capped.summary["steps"]]
     assert "cap" in kinds  # the premise: the first whole plan was over the cap
     assert capped.summary["carbon"]["t_per_year"] <= cap * (1 + 1e-6)

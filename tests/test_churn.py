@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from instances import TINY
+from instances import DEARER_DALLAS, TINY
 
 from optimizer.base.errors import ScenarioError
 from optimizer.base.units import HOURS_PER_YEAR
@@ -24,7 +24,7 @@ L40S, H100 = ("chicago", "l40s"), ("chicago", "h100-sxm")
 
 
 def _plan(path, overrides=(), previous=None, exact=None):
-    s, raw = load_scenario(path, list(overrides))
+    s, raw = load_scenario(path, [DEARER_DALLAS, *overrides])
     return plan_scenario(s, raw, settings_from(s, exact=exact), previous=previous)
 
 
@@ -34,9 +34,12 @@ def _nodes(plan) -> dict:
             for r in proc[proc["site"] != "*"].itertuples() if r.reserved_nodes or r.ondemand_nodes_peak}
 
 
-def _more_demand(tmp_path: Path) -> Path:
-    """tiny.yaml with Chicago's 15:00 demand 120 req/s instead of 40."""
+def _more_demand(tmp_path: Path, night_rps: float = 5) -> Path:
+    """tiny.yaml with Chicago's 15:00 demand 120 req/s instead of 40 (and its 03:00 demand
+    ``night_rps``)."""
     text = TINY.read_text().replace("hour: 15, requests_per_s: 40", "hour: 15, requests_per_s: 120")
+    text = text.replace("metro: chicago, workload: code-completion, period: Y, hour: 3, requests_per_s: 5}",
+                        f"metro: chicago, workload: code-completion, period: Y, hour: 3, requests_per_s: {night_rps}}}")
     out = tmp_path / "more.yaml"
     out.write_text(text)
     return out
@@ -60,13 +63,13 @@ def test_a_budget_bounds_the_changes_after_a_demand_change(tmp_path, exact):
     zero cannot serve the demand and says so."""
     folder = write_plan(_plan(TINY, exact=exact), tmp_path / "old")
     more = _more_demand(tmp_path)
-    free = make_plan(more, exact=exact, from_plan=folder)
-    one = make_plan(more, ["churn.max_changes=1"], exact=exact, from_plan=folder)
+    free = make_plan(more, [DEARER_DALLAS], exact=exact, from_plan=folder)
+    one = make_plan(more, [DEARER_DALLAS, "churn.max_changes=1"], exact=exact, from_plan=folder)
     assert one.summary["churn"]["changes_used"] == 1 <= free.summary["churn"]["changes_used"]
     assert one.summary["total_cost_usd"] == pytest.approx(free.summary["total_cost_usd"], rel=1e-9)
     assert _nodes(one)[L40S][0] == 1  # the given plan's committed node is kept
     with pytest.raises(Exception, match="unserved|churn"):
-        make_plan(more, ["churn.max_changes=0"], exact=exact, from_plan=folder)
+        make_plan(more, [DEARER_DALLAS, "churn.max_changes=0"], exact=exact, from_plan=folder)
 
 
 @pytest.mark.parametrize("exact", MODES)
@@ -89,10 +92,10 @@ def test_a_removal_limit_keeps_committed_nodes_at_an_idle_nodes_price(exact):
 
 @pytest.mark.parametrize("exact", MODES)
 def test_a_binding_growth_limit_moves_the_load_to_the_accelerator_held(tmp_path, exact):
-    """Previous fleet: one l40s and one h100 node at Chicago. Twice the demand wants two l40s
-    nodes (the cheapest); with no growth (γ = 0, Γ = 0) no pair may exceed its previous nodes,
-    so the plan serves it all on the h100 node (one h100 node carries it; one l40s + one h100
-    would cost more) and costs more; the l40s growth rows bind with a positive price."""
+    """Previous fleet: one l40s and one h100 node at Chicago. Three times the peak wants l40s
+    (one node committed, one rented at the peak: the cheapest); with no growth (γ = 0, Γ = 0)
+    no pair may exceed its previous nodes, so the plan serves it all on the h100 node (one
+    carries it; one l40s + one h100 would cost more) and costs more."""
     more = _more_demand(tmp_path)
     previous = ({L40S: 1, H100: 1}, {})
     free = _plan(more, previous=previous, exact=exact)
@@ -100,9 +103,27 @@ def test_a_binding_growth_limit_moves_the_load_to_the_accelerator_held(tmp_path,
     held = _plan(more, ["churn.growth_factor=0"], previous=previous, exact=exact)
     assert _nodes(held) == {H100: (1, 0)}
     assert held.summary["total_cost_usd"] > free.summary["total_cost_usd"] + 1000
-    prices = {(p["limit"], p["site"], p["gpu"]): p["usd_per_node"] for p in held.summary["churn"]["shadow_prices"]}
-    assert prices[("growth", "chicago", "l40s")] > 0
     assert held.summary["churn"]["breaches"] == []
+
+
+@pytest.mark.parametrize("exact", MODES)
+def test_a_growth_limit_binding_in_the_master_has_its_price(exact):
+    """Previous fleet: one l40s node at Chicago. The master's linear prices serve the tiny
+    demand cheaper on fractions of an h100 node; with no growth no h100 node may be added, so
+    the h100 growth rows bind in the master with a positive price — at most what the master
+    saves by an h100 node, its year less the l40s node it replaces — while the whole plan, an
+    l40s node either way, costs the same (the price is the master's estimate, as reported)."""
+    previous = ({L40S: 1}, {})
+    held = _plan(TINY, ["churn.growth_factor=0"], previous=previous, exact=exact)
+    free = _plan(TINY, previous=previous, exact=exact)
+    assert _nodes(held) == _nodes(free) == {L40S: (1, 0)}
+    assert held.summary["total_cost_usd"] == pytest.approx(free.summary["total_cost_usd"], rel=1e-12)
+    prices = {(p["limit"], p["site"], p["gpu"]): p["usd_per_node"] for p in held.summary["churn"]["shadow_prices"]}
+    assert set(prices) == {("growth", site, "h100-sxm") for site in ("chicago", "dallas")}
+    s, _ = load_scenario(TINY)
+    h100 = s.prices["h100-sxm"].reserved_3y_usd_per_gpu_hour * s.accelerators["h100-sxm"].gpus_per_node
+    h100_year = h100 * HOURS_PER_YEAR
+    assert all(0 < usd < h100_year for usd in prices.values())
 
 
 def test_limits_need_a_previous_fleet_and_physical_values():
@@ -131,18 +152,19 @@ def _added(plan, previous) -> int:
 
 @pytest.mark.parametrize("exact", MODES)
 def test_a_migration_cost_is_paid_once_per_committed_node_added(tmp_path, exact):
-    """Three times the demand at the peak: unpriced, the plan moves its committed l40s node from Chicago to Dallas
-    (one node added). At $5,000 a node added the plan pays m · (nodes added) with its cold
-    starts, and never more than the unpriced plan plus that; at $10 M a node it adds no
-    committed node (the growth is rented on demand)."""
+    """Chicago's demand 120 req/s at 15:00 and 140 at 03:00: more than the one l40s node
+    carries in both hours, so unpriced the plan commits a second node (one node added). At
+    $5,000 a node added the plan pays m · (nodes added) with its cold starts, and never more
+    than the unpriced plan plus that; at $10 M a node it adds no committed node (the growth
+    is rented on demand)."""
     old = _plan(TINY, exact=exact)
     previous = ({pair: c for pair, (c, _) in _nodes(old).items()}, {pair: p for pair, (_, p) in _nodes(old).items()})
-    more = _more_demand(tmp_path)
+    more = _more_demand(tmp_path, night_rps=140)
     free = _plan(more, previous=previous, exact=exact)
-    if exact:  # the optimum moves the node (the master's rounding may rent the growth instead)
+    if exact:  # the optimum commits the node (the master's rounding may rent the growth instead)
         assert _added(free, previous) == 1
     paid = _plan(more, ["churn.migration_usd_per_node=5000"], previous=previous, exact=exact)
-    s, _ = load_scenario(more)
+    s, _ = load_scenario(more, [DEARER_DALLAS])
     proc = paid.tables["procurement"]
     rows = proc[proc["site"] != "*"]
     ondemand_rate = {(r.site, r.gpu): s.prices[r.gpu].ondemand_usd_per_gpu_hour * s.accelerators[r.gpu].gpus_per_node

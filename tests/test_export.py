@@ -28,7 +28,11 @@ DISAGGREGATED = ("dynamo", "llm-d", "vllm-stack")
 @pytest.fixture(scope="module")
 def plans(tmp_path_factory):
     root = tmp_path_factory.mktemp("export")
-    made = {"us-east": (US_EAST, []), "us-east-low": (US_EAST, ["--set", "demand.scale=0.7"]), "tiny": (TINY, [])}
+    # us-east-low: less demand served colocated only, so that moving to us-east starts and grows
+    # some pools and stops others
+    made = {"us-east": (US_EAST, []),
+            "us-east-low": (US_EAST, ["--set", "demand.scale=0.7", "--set", "serving.modes=[colocated]"]),
+            "tiny": (TINY, [])}
     for name, (scenario, extra) in made.items():
         assert main(["plan", str(scenario), "--out", str(root / name), "--quiet", "--no-report", *extra]) == 0
     return root
@@ -173,7 +177,7 @@ def test_a_pool_the_format_cannot_express_is_refused_with_nothing_written(plans,
     assert not out.exists()
 
 
-def test_kv_transfer_rule_warns_and_strict_refuses(plans):
+def test_kv_transfer_rule_warns_and_strict_refuses(plans, capsys):
     """A prefill pool at TP 2 handing KV to a decode pool at TP 1 breaks NixlConnector's rule
     (the decode TP a multiple of the prefill's): a warning, or with --strict a refusal."""
     from dataclasses import replace
@@ -192,8 +196,14 @@ def test_kv_transfer_rule_warns_and_strict_refuses(plans):
     with pytest.raises(ScenarioError) as refused:
         check_kv_transfer(dep, ExportJob(fleet, at, bounds, strict=True))
     assert refused.value.field == "parallelism.tensor"
-    # the plan as written keeps the rule: --strict exports it
-    assert main(["export", str(plans / "us-east"), "--to", "llm-d", "--out", str(plans / "kv"), "--strict"]) == 0
+    # the plan as written: --strict exports it where every hand-off keeps the rule, and refuses
+    # it naming the rule where one does not
+    breaks = [d for d in read_fleet(plans / "us-east").deployments()
+              if any(dec.tp % pre.tp for pre in d.of_role("prefill") for dec in d.of_role("decode"))]
+    code = main(["export", str(plans / "us-east"), "--to", "llm-d", "--out", str(plans / "kv"), "--strict"])
+    assert code == (2 if breaks else 0)
+    if breaks:
+        assert "NixlConnector" in capsys.readouterr().err and not (plans / "kv").exists()
 
 
 def test_a_plan_folder_from_an_older_fleetplan_is_refused(plans, tmp_path, capsys):
@@ -361,3 +371,15 @@ def test_native_bounds_are_those_of_bounds_csv(exported, fmt, plan):
             assert (floor, ceiling) == want[key], key
             seen += 1
     assert seen == len(want)
+
+
+def test_names_cut_to_63_characters_stay_distinct():
+    """Two latency tiers of a pool whose names differ only past character 63 (found: a
+    SkyServe file of one tier overwrote the other's): each cut name ends in its own digest."""
+    from optimizer.commands.export.fleet import dns_name
+
+    long = ["code-completion", "ashburn", "colocated", "colocated-c256", "b200-spot", "x1"]
+    t0, t1 = dns_name(*long, "t0"), dns_name(*long, "t1")
+    assert t0 != t1 and len(t0) <= 63 and len(t1) <= 63
+    assert t0.startswith("code-completion-ashburn-colocated-colocated-c256-b200")
+    assert dns_name("chat", "ashburn", "x4") == "chat-ashburn-x4"  # short names as they were

