@@ -174,3 +174,23 @@ def test_effort_picks_the_work_and_the_steps_and_a_time_limit_only_caps_it(monke
     # an effort flag other than the scenario's takes that effort's cap, not the scenario's limit
     assert settings_from(timed, effort="thorough").cap_s == settings_from(s, effort="thorough").cap_s
     assert replace(settings_from(s), workers=2).workers == 2
+
+
+def test_exact_mode_searches_on_from_a_plan_highs_left_short(tiny, optimum, monkeypatch):
+    """Exact mode where HiGHS stops at its node limit on a poor plan (here: the master's H100
+    node, offered as if HiGHS had found it, with no bound): the moves go on from it and reach
+    the brute-force optimum, and the log shows them after the exact step."""
+    import optimizer.solve as solve_module
+    from optimizer.solve.pricing import candidate
+
+    poor = solve(tiny, SolverSettings(exact=False, steps=("bound",), effort="first")).solution
+
+    def stopped_short(ctx, nodes):
+        ctx.offer("exact", candidate(ctx.inst, poor))
+        return ctx.best
+
+    monkeypatch.setattr(solve_module, "solve_exact", stopped_short)
+    out = solve(tiny, SolverSettings(exact=True, steps=FIRST_PLAN_STEPS, effort="first"))
+    assert candidate(tiny, poor).cost_usd > 1.5 * optimum  # the premise: HiGHS's plan is poor
+    assert out.objective_usd == pytest.approx(optimum, rel=1e-9)
+    assert "improve" in [step.kind for step in out.steps]
