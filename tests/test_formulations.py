@@ -365,3 +365,30 @@ def test_a_constraint_added_to_the_formulation_reaches_plan_reoperation_and_year
     at = lambda sites: float(sites.loc[sites["site"] == site, "ondemand_node_hours"].sum())  # noqa: E731
     assert at(year_with) < at(year_without)  # the operated year
     assert math.isfinite(at(year_with))
+
+
+def test_a_pool_whose_planned_size_carries_nothing_is_not_operated_on(tiny):
+    """A pool whose f(n) is 0 at its planned size (one hour's p99 out of reach at so few
+    replicas: found on deepseek-moe at slo_hours_met 0.95) is no capacity to re-operate on:
+    the program leaves it closed instead of dividing by its zero capacity, and the others
+    still serve the hour."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from optimizer.solve import SolverSettings, solve
+    from optimizer.solve.fixed_commitment import FixedCommitmentProgram, largest_sizes
+    from optimizer.solve.fleet import committed_nodes
+
+    plan = solve(tiny, SolverSettings(exact=True, time_limit_s=60)).solution
+    sizes = largest_sizes(plan)
+    used = next(pid for pid, n in sizes.items() if n > 0)
+    idle = next(pid for pid, p in enumerate(tiny.pools) if pid not in sizes and p.table is not None)
+    pools = list(tiny.pools)
+    pools[idle] = replace(pools[idle], table=np.zeros_like(pools[idle].table))
+    inst = replace(tiny, pools=pools)
+    program = FixedCommitmentProgram(inst, committed_nodes(plan), {**sizes, idle: 1})
+    assert idle not in program.pools and used in program.pools
+    demand = np.array([inst.demand.get((m, k, inst.peak_slice), 0.0) for m, k in program.keys])
+    x, optimal = program.solve(demand)
+    assert optimal and sum(program.read(x).unserved.values()) < 1e-9

@@ -49,7 +49,9 @@ class FixedCommitmentProgram:
     ``sizes`` (pool id → largest planned size; each priced at κ of that size)."""
 
     def __init__(self, inst: Instance, nodes: dict[tuple[str, str], int], sizes: dict[int, int]):
-        open_pools = frozenset(pid for pid, n in sizes.items() if n > 0)
+        # a pool whose planned size carries nothing inside its objective (f(n) = 0: one hour's
+        # p99 out of reach at so few replicas) is no capacity to operate on
+        open_pools = frozenset(pid for pid, n in sizes.items() if n > 0 and kappa(inst.pools[pid], n) > 0)
         view = open_pools_view(inst, open_pools)
         prices = {(pid, 0): inst.pools[pid].gpus * inst.pools[pid].peak_to_mean / kappa(inst.pools[pid], sizes[pid])
                   for pid in open_pools}
