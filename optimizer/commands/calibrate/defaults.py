@@ -1,11 +1,12 @@
 """Derive the shipped defaults, ``data/serving_calibration.csv``, from the public tables in
 ``data/calibration/``:
 
-    python -m optimizer.commands.calibrate.defaults [--new-groups-only]
+    python -m optimizer.commands.calibrate.defaults [--new-groups-only | --amd-only]
 
 ``--new-groups-only`` keeps the shipped rows byte for byte (the curves have moved since
 they were fitted: a re-fit today would move every plan) and adds a fit for each group of the
-tables they lack — how the 2026 groups were added.
+tables they lack — how the 2026 groups were added. ``--amd-only`` keeps them too and derives
+the MI300X and MI325X rows again from the shipped H100 row.
 
 * NVIDIA H100/H200/B200/A100/L40S × TensorRT-LLM/vLLM/SGLang × bf16/fp8, and B300/GB200/GB300
   × bf16/fp8/nvfp4 and B200 × nvfp4: the fit of `optimizer.commands.calibrate.fit` to
@@ -20,8 +21,10 @@ tables they lack — how the 2026 groups were added.
   the published one (8×MI300X 23,514.8 tok/s vs 8×H100 24,524.9 tok/s, FACTS §7.1 [R1]);
   the MLPerf workload is modelled as in `benchmarks/curves_vs_published.py` (OpenOrca
   294 in / 286 out, fp8, KV-bound saturation, best TP ≤ 8). Offline saturation is
-  compute-bound, so it says nothing of bandwidth: decode_mbu and the overheads stay the
-  H100's (assumed; no public MI300X decode-latency measurement in the reference sheet).
+  compute-bound, so it says nothing of bandwidth or overheads: the per-layer overhead is
+  fitted to one public MI300X latency run at batch 1–16 (``mi300x_latency.csv``: Llama 3.1
+  405B FP8 on 8 × MI300X, where a step is overheads and weight reads), the two fits
+  alternated; decode_mbu and the other overheads stay the H100's (assumed).
 * AMD MI325X: the MI300X row with both compute efficiencies × the MI325X/MI300X Offline
   throughput per GPU of one MLPerf Inference v5.1 round, submitter and engine (`MI325X_RATIO`).
 * every other accelerator: a "*" row with the pre-calibration global values (assumed).
@@ -35,8 +38,20 @@ import os
 import re
 import tempfile
 
+import numpy as np
+import pandas as pd
+
 from optimizer.commands.calibrate.fit import calibrate
-from optimizer.scenario.calibration.params import KINDS, PARAMETERS, SHIPPED_FILE, Calibration, ParameterSet
+from optimizer.commands.calibrate.model import predict_ms, serving_with
+from optimizer.scenario.calibration.params import (
+    KINDS,
+    PARAMETERS,
+    SHIPPED_FILE,
+    Calibration,
+    ParameterSet,
+    entry_from_row,
+    shipped_rows,
+)
 from optimizer.scenario.calibration.tables import read_table
 
 DATA = SHIPPED_FILE.parent / "calibration"
@@ -53,6 +68,9 @@ MI325X_SOURCE = (
     "mlcommons/inference_results_v5.1; MI325X runs the same CDNA3 compute at 1000 W instead of 750 W, and its 6.0 vs "
     "5.3 TB/s HBM is in accelerators.csv; other parameters the MI300X row's (assumed)")
 SCALED = ("prefill_mfu", "decode_mfu")  # Offline saturation is compute-bound: it informs these only
+AMD_POINTS = DATA / "mi300x_latency.csv"  # one public MI300X run at batch 1–256 (its source in the file)
+SMALL_BATCH = 16  # the batches of that run the per-layer overhead is fitted to
+AMD_ROUNDS = 3  # alternations of the overhead fit and the MLPerf scale (the overhead settles within 0.1 µs)
 
 
 def offline_tokens_per_s(replica, isl: int, osl: int) -> tuple[float, int]:
@@ -96,18 +114,57 @@ def offline_tokens_per_gpu(entry: ParameterSet, accelerator: str, isl: int = 294
 
 
 def amd_entry(h100: ParameterSet) -> tuple[ParameterSet, float]:
-    """The MI300X row: H100's efficiencies × k (bisection on the MLPerf ratio)."""
+    """The MI300X row: H100's parameters, its per-layer overhead fitted to a MI300X run at
+    small batch (`amd_layer_overhead_us`) and its efficiencies × k (bisection on the MLPerf
+    ratio) — the two alternated until they settle (each moves the other a little)."""
     target = MLPERF["mi300x"] / MLPERF["h100-sxm"] * offline_tokens_per_gpu(h100, "h100-sxm")
+    points = pd.read_csv(AMD_POINTS)
+    base, k = h100, 1.0
+    for _ in range(AMD_ROUNDS):
+        k = _mlperf_scale(base, target)
+        scaled = base.model_copy(update={n: min(getattr(base, n) * k, 1.0) for n in SCALED})
+        base = h100.model_copy(update={"layer_overhead_us": amd_layer_overhead_us(points, scaled)})
+    k = _mlperf_scale(base, target)
+    return base.model_copy(update={n: min(getattr(base, n) * k, 1.0) for n in SCALED}), k
 
-    def scaled(k: float) -> ParameterSet:
-        return h100.model_copy(update={n: min(getattr(h100, n) * k, 1.0) for n in SCALED})
 
+def _mlperf_scale(base: ParameterSet, target: float) -> float:
+    """k at which ``base`` with its efficiencies × k reaches ``target`` Offline tokens/s per
+    MI300X (bisection)."""
     lo, hi = 0.2, 1.5
     for _ in range(40):
         mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if offline_tokens_per_gpu(scaled(mid), "mi300x") < target else (lo, mid)
-    k = 0.5 * (lo + hi)
-    return scaled(k), k
+        trial = base.model_copy(update={n: min(getattr(base, n) * mid, 1.0) for n in SCALED})
+        lo, hi = (mid, hi) if offline_tokens_per_gpu(trial, "mi300x") < target else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def small_batch_run_s(points: pd.DataFrame, entry: ParameterSet) -> np.ndarray:
+    """Model time of each latency run of ``points`` (mi300x_latency.csv's columns) under
+    ``entry``: one prefill pass over the batch's prompts, then ``output_tokens`` decode steps at
+    the mean context prompt + output / 2 (`calibrate.model.predict_ms`)."""
+    serving = serving_with({n: getattr(entry, n) for n in PARAMETERS})
+    base = {"model": points["model"], "accelerator": points["accelerator"], "tp": points["tp"], "ep": 1.0,
+            "weight_dtype": points["weight_dtype"], "kv_dtype": points["weight_dtype"], "batch": points["batch"],
+            "prompt_tokens": points["prompt_tokens"]}
+    decode = pd.DataFrame({**base, "kind": "decode",
+                           "context_tokens": points["prompt_tokens"] + points["output_tokens"] / 2.0})
+    prefill = pd.DataFrame({**base, "kind": "prefill", "context_tokens": 0.0})
+    return (predict_ms(prefill, serving) + points["output_tokens"].to_numpy(float) * predict_ms(decode, serving)) / 1e3
+
+
+def amd_layer_overhead_us(points: pd.DataFrame, entry: ParameterSet) -> float:
+    """τ_L at which the model meets the median run of ``points`` at batch ≤ SMALL_BATCH (where
+    a step is overheads and weight reads, not compute): the median of model / measured is 1
+    (bisection within the parameter's bounds; the model time rises with τ_L)."""
+    small = points[points["batch"] <= SMALL_BATCH]
+    lo, hi = PARAMETERS["layer_overhead_us"][:2]
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        trial = entry.model_copy(update={"layer_overhead_us": mid})
+        ratio = float(np.median(small_batch_run_s(small, trial) / small["latency_s"].to_numpy(float)))
+        lo, hi = (mid, hi) if ratio < 1.0 else (lo, mid)
+    return 0.5 * (lo + hi)
 
 
 def flat(entry: ParameterSet) -> dict:
@@ -153,21 +210,36 @@ def derive() -> list[dict]:
     """Every row of the shipped defaults, re-fitted."""
     entries = fitted_entries(read_table(DATA / "aiconfigurator.csv"))
     h100 = next(e for e in entries if (e.accelerator, e.engine, e.dtype) == ("h100-sxm", "trtllm", "fp8"))
-    mi300x, k = amd_entry(h100)
-    note = (f"prefill_mfu and decode_mfu: H100 TensorRT-LLM fp8 values × {k:.3f} to match {MLPERF_SOURCE}; "
-            "decode_mbu, step_overhead_ms, layer_overhead_us, collective_latency_us and the other parameters the "
-            "H100's (assumed; under tight ITL objectives they decide its standing, benchmarks/server_offline.py)")
-    entries.append(mi300x.model_copy(update={"accelerator": "mi300x", "engine": "*", "dtype": "*", "spread": {},
-                                             "engine_version": None,
-                                             "source": note, "as_of": "2024-08-28"}))
-    mi325x = {n: min(getattr(mi300x, n) * MI325X_RATIO, 1.0) for n in SCALED}
-    entries.append(mi300x.model_copy(update={"accelerator": "mi325x", "engine": "*", "dtype": "*", "spread": {},
-                                             "engine_version": None,
-                                             **mi325x, "source": MI325X_SOURCE.format(ratio=MI325X_RATIO),
-                                             "as_of": "2025-09-09"}))
+    entries += amd_rows(h100)
     entries.append(ParameterSet(source="assumed: pre-calibration global values, for accelerators no measured table "
                                        "covers", as_of="2026-11-09"))
     return [flat(e) for e in entries]
+
+
+def amd_rows(h100: ParameterSet) -> list[ParameterSet]:
+    """The MI300X and MI325X rows from the H100 TensorRT-LLM fp8 row (`amd_entry`)."""
+    mi300x, k = amd_entry(h100)
+    note = (f"prefill_mfu and decode_mfu: H100 TensorRT-LLM fp8 values × {k:.3f} to match {MLPERF_SOURCE}; "
+            f"layer_overhead_us fitted to one public MI300X run at batch 1–{SMALL_BATCH} (data/calibration/"
+            f"{AMD_POINTS.name}: Llama 3.1 405B FP8 on 8 × MI300X, vLLM, 128 in / 128 out; "
+            "benchmarks/mi300x_small_batch.py); decode_mbu, step_overhead_ms, collective_latency_us and the other "
+            "parameters the H100's (assumed)")
+    rows = [mi300x.model_copy(update={"accelerator": "mi300x", "engine": "*", "dtype": "*", "spread": {},
+                                      "engine_version": None, "source": note, "as_of": "2024-08-28"})]
+    mi325x = {n: min(getattr(mi300x, n) * MI325X_RATIO, 1.0) for n in SCALED}
+    rows.append(mi300x.model_copy(update={"accelerator": "mi325x", "engine": "*", "dtype": "*", "spread": {},
+                                          "engine_version": None, **mi325x,
+                                          "source": MI325X_SOURCE.format(ratio=MI325X_RATIO), "as_of": "2025-09-09"}))
+    return rows
+
+
+def with_amd_rows(shipped: list[dict]) -> list[dict]:
+    """The shipped rows as they are, the MI300X and MI325X rows derived again from the shipped
+    H100 TensorRT-LLM fp8 row (`amd_rows`)."""
+    h100 = next(r for r in shipped_rows() if (r["accelerator"], r["engine"], r["dtype"]) == ("h100-sxm", "trtllm", "fp8"))
+    new = {e.accelerator: flat(e) for e in amd_rows(entry_from_row(h100))}
+    return [{**r, **{k: v for k, v in new[r["accelerator"]].items() if k in r}} if r["accelerator"] in new else r
+            for r in shipped]
 
 
 def release_in(source: str, engine: str) -> str:
@@ -195,13 +267,16 @@ def add_new_groups(shipped: list[dict]) -> list[dict]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--amd-only", action="store_true",
+                    help="keep the shipped rows as they are and derive the MI300X and MI325X rows again")
     ap.add_argument("--new-groups-only", action="store_true",
                     help="keep the shipped rows as they are and fit only the (accelerator, engine, dtype) groups of "
                          "the tables the shipped file lacks")
     args = ap.parse_args(argv)
-    if args.new_groups_only:
+    if args.new_groups_only or args.amd_only:
         with SHIPPED_FILE.open(newline="") as f:
-            rows = add_new_groups(list(csv.DictReader(f)))
+            shipped = list(csv.DictReader(f))
+        rows = with_amd_rows(shipped) if args.amd_only else add_new_groups(shipped)
     else:
         rows = derive()
     fd, tmp = tempfile.mkstemp(prefix=".serving_calibration.", dir=SHIPPED_FILE.parent)
