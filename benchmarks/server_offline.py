@@ -133,8 +133,9 @@ def main() -> None:
                 best = max(colo, disagg)
                 per_gpu[g, isl, itl] = best
                 print(f"| {g} | {isl:,} | {itl:g} | {off:,.0f} | {colo:,.0f} | {disagg:,.0f} | {best / off:.2f} |")
-    print("\nMI300X / H100 per GPU (Server, best of colocated and disaggregated); the MI300X calibration row "
-          "copies H100's overheads and decode MBU (assumed) — the columns after the first scale them on MI300X only\n")
+    print("\nMI300X / H100 per GPU (Server, best of colocated and disaggregated); the MI300X calibration row's "
+          "per-layer overhead is fitted to a MI300X run at small batch (benchmarks/mi300x_small_batch.py), its decode "
+          "MBU is H100's (assumed) — the columns after the first scale them on MI300X only\n")
     print("| prompt | ITL ms | as shipped | " + " | ".join(name for name, _ in SENSITIVITY) + " |")
     print("|---:|---:|---:|" + "---:|" * len(SENSITIVITY))
     mi300x = s.accelerators["mi300x"]
