@@ -32,7 +32,8 @@ def main() -> int:
     print(f"{AMD_POINTS.name}: {len(points)} runs; MI300X layer_overhead_us as shipped {shipped.layer_overhead_us:.1f} "
           f"(H100's {h100:.1f}); the fit to batches ≤ {SMALL_BATCH} from the shipped row: "
           f"{amd_layer_overhead_us(points, shipped):.1f}\n")
-    print("| batch | measured s | measured ms a step | model s, H100's overhead | ratio | model s, as shipped | ratio |")
+    print("| batch | measured s | measured ms a step | model s, H100's overhead | ratio | model s, as shipped "
+          "| ratio |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for r, b, a in zip(points.itertuples(), small_batch_run_s(points, copied), small_batch_run_s(points, shipped)):
         print(f"| {r.batch} | {r.latency_s:.3f} | {1e3 * r.latency_s / r.output_tokens:.1f} | {b:.3f} | "

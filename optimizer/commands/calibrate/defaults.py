@@ -236,7 +236,8 @@ def amd_rows(h100: ParameterSet) -> list[ParameterSet]:
 def with_amd_rows(shipped: list[dict]) -> list[dict]:
     """The shipped rows as they are, the MI300X and MI325X rows derived again from the shipped
     H100 TensorRT-LLM fp8 row (`amd_rows`)."""
-    h100 = next(r for r in shipped_rows() if (r["accelerator"], r["engine"], r["dtype"]) == ("h100-sxm", "trtllm", "fp8"))
+    key = ("h100-sxm", "trtllm", "fp8")
+    h100 = next(r for r in shipped_rows() if (r["accelerator"], r["engine"], r["dtype"]) == key)
     new = {e.accelerator: flat(e) for e in amd_rows(entry_from_row(h100))}
     return [{**r, **{k: v for k, v in new[r["accelerator"]].items() if k in r}} if r["accelerator"] in new else r
             for r in shipped]
