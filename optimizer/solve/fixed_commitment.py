@@ -49,11 +49,12 @@ class FixedCommitmentProgram:
     ``sizes`` (pool id → largest planned size; each priced at κ of that size)."""
 
     def __init__(self, inst: Instance, nodes: dict[tuple[str, str], int], sizes: dict[int, int]):
+        per_replica = {pid: kappa(inst.pools[pid], n) for pid, n in sizes.items() if n > 0}
         # a pool whose planned size carries nothing inside its objective (f(n) = 0: one hour's
         # p99 out of reach at so few replicas) is no capacity to operate on
-        open_pools = frozenset(pid for pid, n in sizes.items() if n > 0 and kappa(inst.pools[pid], n) > 0)
+        open_pools = frozenset(pid for pid, rps in per_replica.items() if rps > 0)
         view = open_pools_view(inst, open_pools)
-        prices = {(pid, 0): inst.pools[pid].gpus * inst.pools[pid].peak_to_mean / kappa(inst.pools[pid], sizes[pid])
+        prices = {(pid, 0): inst.pools[pid].gpus * inst.pools[pid].peak_to_mean / per_replica[pid]
                   for pid in open_pools}
         mode = Mode.operate_fixed(committed=nodes, gpus_per_rps=prices, open_pools=open_pools,
                                   tie_break_usd_per_gpu_hour=TIE_BREAK_USD_PER_GPU_HOUR)
