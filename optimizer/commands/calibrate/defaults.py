@@ -122,10 +122,14 @@ def amd_entry(h100: ParameterSet) -> tuple[ParameterSet, float]:
     base, k = h100, 1.0
     for _ in range(AMD_ROUNDS):
         k = _mlperf_scale(base, target)
-        scaled = base.model_copy(update={n: min(getattr(base, n) * k, 1.0) for n in SCALED})
-        base = h100.model_copy(update={"layer_overhead_us": amd_layer_overhead_us(points, scaled)})
+        base = h100.model_copy(update={"layer_overhead_us": amd_layer_overhead_us(points, _scaled(base, k))})
     k = _mlperf_scale(base, target)
-    return base.model_copy(update={n: min(getattr(base, n) * k, 1.0) for n in SCALED}), k
+    return _scaled(base, k), k
+
+
+def _scaled(entry: ParameterSet, k: float) -> ParameterSet:
+    """``entry`` with its compute efficiencies (`SCALED`) × k, at most 1."""
+    return entry.model_copy(update={n: min(getattr(entry, n) * k, 1.0) for n in SCALED})
 
 
 def _mlperf_scale(base: ParameterSet, target: float) -> float:
@@ -134,8 +138,7 @@ def _mlperf_scale(base: ParameterSet, target: float) -> float:
     lo, hi = 0.2, 1.5
     for _ in range(40):
         mid = 0.5 * (lo + hi)
-        trial = base.model_copy(update={n: min(getattr(base, n) * mid, 1.0) for n in SCALED})
-        lo, hi = (mid, hi) if offline_tokens_per_gpu(trial, "mi300x") < target else (lo, mid)
+        lo, hi = (mid, hi) if offline_tokens_per_gpu(_scaled(base, mid), "mi300x") < target else (lo, mid)
     return 0.5 * (lo + hi)
 
 
@@ -226,7 +229,7 @@ def amd_rows(h100: ParameterSet) -> list[ParameterSet]:
             "parameters the H100's (assumed)")
     rows = [mi300x.model_copy(update={"accelerator": "mi300x", "engine": "*", "dtype": "*", "spread": {},
                                       "engine_version": None, "source": note, "as_of": "2024-08-28"})]
-    mi325x = {n: min(getattr(mi300x, n) * MI325X_RATIO, 1.0) for n in SCALED}
+    mi325x = {n: getattr(_scaled(mi300x, MI325X_RATIO), n) for n in SCALED}
     rows.append(mi300x.model_copy(update={"accelerator": "mi325x", "engine": "*", "dtype": "*", "spread": {},
                                           "engine_version": None, **mi325x,
                                           "source": MI325X_SOURCE.format(ratio=MI325X_RATIO), "as_of": "2025-09-09"}))
