@@ -16,18 +16,14 @@ from __future__ import annotations
 import pandas as pd
 
 from optimizer.commands.calibrate.defaults import AMD_POINTS, SMALL_BATCH, amd_layer_overhead_us, small_batch_run_s
-from optimizer.scenario.calibration.params import entry_from_row, shipped_rows
-
-
-def row(accelerator: str, engine: str = "*", dtype: str = "*"):
-    return entry_from_row(next(r for r in shipped_rows()
-                               if (r["accelerator"], r["engine"], r["dtype"]) == (accelerator, engine, dtype)))
+from optimizer.scenario.calibration.params import shipped_calibration
 
 
 def main() -> int:
     points = pd.read_csv(AMD_POINTS)
-    shipped = row("mi300x")
-    h100 = row("h100-sxm", "trtllm", "fp8").layer_overhead_us
+    rows = shipped_calibration()
+    shipped = rows.lookup("mi300x", "fp8")
+    h100 = rows.lookup("h100-sxm", "fp8").layer_overhead_us  # the TensorRT-LLM row, the first for H100
     copied = shipped.model_copy(update={"layer_overhead_us": h100})
     print(f"{AMD_POINTS.name}: {len(points)} runs; MI300X layer_overhead_us as shipped {shipped.layer_overhead_us:.1f} "
           f"(H100's {h100:.1f}); the fit to batches ≤ {SMALL_BATCH} from the shipped row: "
