@@ -66,3 +66,24 @@ def test_compare_page_figures_are_the_plans_figures(plans):
     first = changes[changes.plan == "a"].set_index(["site", "gpu"])["gpus"]
     for r in changes[changes.plan == "b"].itertuples():
         assert r.change == r.gpus - first.get((r.site, r.gpu), 0)
+
+
+def test_a_summary_without_its_optional_figures_compares_with_a_dash(plans, tmp_path, capsys):
+    """A summary.json lacking figures a plan may omit (tokens per MW, $ per million tokens; the
+    fuzz found compare crashing on it): compare shows "-" for them, the other figures as read."""
+    import json
+    import shutil
+
+    a, _ = plans
+    bare = tmp_path / "bare"
+    shutil.copytree(a, bare)
+    summary = json.loads((bare / "summary.json").read_text())
+    for key in ("tokens_per_s_per_mw", "cost_per_million_tokens_usd"):
+        del summary[key]
+    (bare / "summary.json").write_text(json.dumps(summary))
+    cmp = compare([a, bare])
+    assert cmp.headline["bare"].isna()[["tokens_per_s_per_mw", "cost_per_million_tokens_usd"]].all()
+    assert cmp.headline.loc["total_cost_usd", "bare"] == cmp.headline.loc["total_cost_usd", "a"]
+    assert main(["compare", str(a), str(bare)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("tokens_per_s_per_mw"))
+    assert line.split()[-1] == "-"

@@ -40,18 +40,19 @@ def label(path: Path, names: list[str]) -> str:
 
 
 def _headline(plan: Plan) -> dict:
+    """The headline figures; those a summary may lack (`folder.read.SUMMARY_OPTIONAL`) None there."""
     s = plan.summary
     proc = plan.tables["procurement"]
     nodes = proc[proc["gpu"] != "egress"]
     return {
         "total_cost_usd": s["total_cost_usd"],
-        "cost_per_million_tokens_usd": s["cost_per_million_tokens_usd"],
+        "cost_per_million_tokens_usd": s.get("cost_per_million_tokens_usd"),
         "gpus_at_peak": sum(s["gpus_by_type_peak"].values()),
         "reserved_nodes": float(nodes["reserved_nodes"].sum()),
         "ondemand_node_hours": float(nodes["ondemand_node_hours"].sum()),
         "reserved_share_of_gpu_hours": s["reserved_share_of_gpu_hours"],
         "average_utilization": s["average_utilization"],
-        "tokens_per_s_per_mw": s["tokens_per_s_per_mw"],
+        "tokens_per_s_per_mw": s.get("tokens_per_s_per_mw"),
         "unserved_fraction": s["unserved_fraction"],
         "mip_gap": s["mip_gap"],
         "savings_vs_baseline": s.get("savings_vs_baseline"),
