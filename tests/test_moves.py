@@ -20,6 +20,7 @@ from optimizer.solve.fleet import gpus_in_replicas, whole_replicas
 from optimizer.solve.moves import WholePlan, decode_merges, improve_by_moves, merges
 from optimizer.solve.pricing import unserved_request_hours
 from optimizer.solve.settings import EFFORTS, FIRST_PLAN_STEPS, STEPS
+from optimizer.solve.steps import PATHS
 
 REL = 1e-9
 
@@ -59,11 +60,12 @@ def assert_balanced(inst, sol):
     assert sol.replicas == {k: n for k, n in whole_replicas(inst, sol.flows).items() if n or k in sol.replicas}
 
 
+@pytest.mark.parametrize("year_first", [False, True], ids=["year-merges-last", "year-merges-first"])
 @pytest.mark.parametrize("which", ["tiny", "us-east"])
-def test_the_search_keeps_balances_and_never_raises_the_cost(which, tiny, us_east):
+def test_the_search_keeps_balances_and_never_raises_the_cost(which, year_first, tiny, us_east):
     inst = tiny if which == "tiny" else us_east
     first = _first(inst)
-    better, done = improve_by_moves(inst, first, 3000)
+    better, done = improve_by_moves(inst, first, 3000, year_first=year_first)
     assert done.priced > 0 and done.after_usd <= done.before_usd + 1e-6
     assert plan_cost(inst, better) <= plan_cost(inst, first) + 1e-6
     assert not better.violations and not better.gpus_short
@@ -98,11 +100,11 @@ def test_each_kept_move_lowers_the_cost_or_frees_gpus(us_east):
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(scale=st.floats(0.3, 3.0), budget=st.integers(0, 400))
-def test_on_brute_force_instances_moves_stay_feasible_and_above_the_optimum(scale, budget):
+@given(scale=st.floats(0.3, 3.0), budget=st.integers(0, 400), year_first=st.booleans())
+def test_on_brute_force_instances_moves_stay_feasible_and_above_the_optimum(scale, budget, year_first):
     inst = tiny_instance([f"demand.scale={scale}"])
     first = _first(inst)
-    better, _ = improve_by_moves(inst, first, budget)
+    better, _ = improve_by_moves(inst, first, budget, year_first=year_first)
     assert plan_cost(inst, better) <= plan_cost(inst, first) + 1e-6
     assert plan_cost(inst, better) >= brute_force(inst) * (1 - 1e-7)
     assert not better.violations
@@ -122,6 +124,10 @@ def test_first_plan_steps_include_the_moves(tiny):
     kinds = [step.kind for step in result.steps]
     assert kinds[0] == "bound" and {"reoperate", "improve"} <= set(kinds)
     assert result.work.get("moves priced", 0) > 0
+    # one move search per distinct prefix of PATHS that ends in moves: a path's steps shared
+    # with an earlier path's are not run again
+    searches = {path[:i + 1] for path in PATHS for i, step in enumerate(path) if step.endswith("moves")}
+    assert kinds.count("improve") == len(searches) == 4
     assert np.isfinite(result.objective_usd)
 
 

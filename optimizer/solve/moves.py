@@ -358,23 +358,26 @@ class Search:
     after_usd: float = 0.0
 
 
-def improve_by_moves(inst: Instance, sol: Solution, budget: int, stop=lambda: False) -> tuple[Solution, Search]:
+def improve_by_moves(inst: Instance, sol: Solution, budget: int, stop=lambda: False,
+                     year_first: bool = False) -> tuple[Solution, Search]:
     """Moves (module docstring) in rounds: over the nominal states merges, decode merges and
-    route shifts, then year merges — first improvement, until a round keeps nothing or
-    ``budget`` moves have been priced (or ``stop()``, the wall-clock cap, says so). Returns the
-    improved plan (made whole by `commitments.commit`) and what the search did."""
+    route shifts, and year merges after them (``year_first``: before them) — first
+    improvement, until a round keeps nothing or ``budget`` moves have been priced (or
+    ``stop()``, the wall-clock cap, says so). Returns the improved plan (made whole by
+    `commitments.commit`) and what the search did."""
     plan = WholePlan(inst, sol)
     done = Search(before_usd=plan.cost_usd)
     arcs_of = arcs_by_demand(inst)
     kept_in_round = budget > 0
     while kept_in_round and done.priced < budget and not stop():
-        kept_in_round = False
+        kept_in_round = year_first and _first_improvements(plan, year_merges(plan), done, budget, stop)
         for sid in plan.rule.ids:
             for generate in (merges(plan, sid), decode_merges(plan, sid), route_shifts(plan, sid, arcs_of)):
                 kept_in_round |= _first_improvements(plan, generate, done, budget)
             if stop():
                 break
-        kept_in_round |= _first_improvements(plan, year_merges(plan), done, budget, stop)
+        if not year_first:
+            kept_in_round |= _first_improvements(plan, year_merges(plan), done, budget, stop)
     done.after_usd = plan.cost_usd
     return (plan.solution() if done.kept else sol), done
 
