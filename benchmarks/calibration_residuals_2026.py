@@ -28,6 +28,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from optimizer.commands.calibrate.defaults import screened_groups  # noqa: E402
 from optimizer.commands.calibrate.fit import FIT_KEY, split_holdout  # noqa: E402
 from optimizer.commands.calibrate.model import measured_ms, predict_ms  # noqa: E402
 from optimizer.scenario import Serving  # noqa: E402
@@ -82,19 +83,26 @@ def source(row) -> str:
     return f"AIConfigurator 0.12 {row.engine} {row.version}"
 
 
-def fitted_table(table: pd.DataFrame) -> None:
-    """The new fitted groups: per source, accelerator, model, dtype; fit and held out, prefill and decode."""
+def fitted_table(table: pd.DataFrame, screened: dict) -> None:
+    """The new fitted groups: per source, accelerator, model, dtype; fit and held out, prefill and
+    decode. Groups ``screened`` (`defaults.screened_groups`) are scored against the points they
+    were not fitted to, marked, and left out of the totals."""
     print("| source | accelerator | model | dtype | prefill fit | prefill held out | decode fit | decode held out |")
     print("|---|---|---|---|---|---|---|---|")
     keys = ["engine", "version", "accelerator", "model", "weight_dtype"]
+    left_out = pd.Series([k in screened for k in zip(*(table[c] for c in FIT_KEY))], index=table.index)
     for key, rows in table.groupby(keys, sort=True):
         row = rows.iloc[0]
         cells = [cell(stats(rows[(rows["kind"] == kind) & (rows["held_out"] == held)]))
                  for kind in ("prefill", "decode") for held in (False, True)]
-        print(f"| {source(row)} | {row.accelerator} | {row.model} | {row.weight_dtype} | " + " | ".join(cells) + " |")
+        mark = " (screened out, not fitted)" if left_out[rows.index[0]] else ""
+        print(f"| {source(row)}{mark} | {row.accelerator} | {row.model} | {row.weight_dtype} | " + " | ".join(cells)
+              + " |")
+    kept = table[~left_out]
     for held in (False, True):
-        s = {k: cell(stats(table[(table["kind"] == k) & (table["held_out"] == held)])) for k in ("prefill", "decode")}
+        s = {k: cell(stats(kept[(kept["kind"] == k) & (kept["held_out"] == held)])) for k in ("prefill", "decode")}
         print(f"| **all, {'held out' if held else 'fit'}** | | | | prefill {s['prefill']} | | decode {s['decode']} | |")
+    print(f"(totals without the {int(left_out.sum())} screened points)")
 
 
 def moe_table(table: pd.DataFrame) -> None:
@@ -147,11 +155,12 @@ def throughput_table(table: pd.DataFrame) -> None:
 
 def main() -> int:
     dense = read_table(DATA / "aiconfigurator.csv")
+    screened = screened_groups(dense)
     dense = dense[dense["accelerator"].isin(NEW_ACCELERATORS) | dense["weight_dtype"].isin(FOUR_BIT)]
     dense = scored(dense.reset_index(drop=True))
     dense["held_out"] = held_out(dense)
     print("Fitted 2026 groups — cell: points: median / p90 |predicted/measured − 1| / median ln(pred/meas)\n")
-    fitted_table(dense)
+    fitted_table(dense, screened)
     moe = scored(read_table(DATA / "aiconfigurator_moe.csv"))
     print("\nMixture-of-experts points, as shipped (uncalibrated) — same cells\n")
     moe_table(moe)

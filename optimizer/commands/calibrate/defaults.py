@@ -14,7 +14,11 @@ the MI300X and MI325X rows again from the shipped H100 row.
   0.12, Llama-3.1-8B/70B/405B, prefill 512–8,192 tokens, decode batch 1–256 at 1,024 and 4,096
   context, TP 1/2/4/8), 20 % of each kind held out; TensorRT-LLM rows first, so they apply
   where a scenario names no engine. Each row names the engine release of its database
-  (``engine_version``) and its date is its own rows' export date.
+  (``engine_version``) and its date is its own rows' export date. A group whose small-batch
+  decode steps are more than twice as slow as the same engine's bf16 steps is no native
+  kernel (`screened_groups`: vLLM 0.27.0 fp8 on B300/GB200/GB300): its points are left
+  out, and its row is the TensorRT-LLM row of its part and precision (assumed, said in its
+  source).
 * AMD MI300X: no kernel database covers it. Its compute efficiencies (prefill and decode)
   are the H100 TensorRT-LLM fp8 ones × k, with k set so that the modelled
   MLPerf Inference v4.1 Llama-2-70B Offline throughput per GPU relative to the H100's equals
@@ -41,7 +45,7 @@ import tempfile
 import numpy as np
 import pandas as pd
 
-from optimizer.commands.calibrate.fit import calibrate
+from optimizer.commands.calibrate.fit import FIT_KEY, calibrate
 from optimizer.commands.calibrate.model import predict_ms, serving_with
 from optimizer.scenario.calibration.params import (
     KINDS,
@@ -50,6 +54,7 @@ from optimizer.scenario.calibration.params import (
     Calibration,
     ParameterSet,
     entry_from_row,
+    shipped_calibration,
     shipped_rows,
 )
 from optimizer.scenario.calibration.tables import read_table
@@ -70,6 +75,8 @@ MI325X_SOURCE = (
 SCALED = ("prefill_mfu", "decode_mfu")  # Offline saturation is compute-bound: it informs these only
 AMD_POINTS = DATA / "mi300x_latency.csv"  # one public MI300X run at batch 1–256 (its source in the file)
 SMALL_BATCH = 16  # the batches of that run the per-layer overhead is fitted to
+SCREEN_BATCH = 16  # decode batches bound by weight reads, where a precision's step is compared with bf16's
+SCREEN_RATIO = 2.0  # a step at most bf16's bytes taking more than twice bf16's time is not a native kernel
 AMD_ROUNDS = 3  # alternations of the overhead fit and the MLPerf scale (the overhead settles within 0.1 µs)
 
 
@@ -195,18 +202,59 @@ def one_version(rows) -> str:
     return found[0]
 
 
-def fitted_entries(table) -> list[ParameterSet]:
-    """The fit of every (accelerator, engine, dtype) group of ``table``, sorted (TensorRT-LLM first)."""
-    result = calibrate(table, holdout=0.2, seed=0, start=Calibration())
-    entries = []
-    for g in result.groups:
-        rows = table[(table.accelerator == g.accelerator) & (table.engine == g.engine) & (table.weight_dtype == g.dtype)]
+def screened_groups(table: pd.DataFrame) -> dict[tuple[str, str, str], float]:
+    """(accelerator, engine, dtype) → the median ratio of its decode step to the same engine's
+    bf16 step (same model, TP, batch and context; batches ≤ `SCREEN_BATCH`), for the groups
+    above `SCREEN_RATIO`. Such a step reads at most the weight bytes of bf16 and small
+    batches are bound by those reads, so no kernel that runs the precision natively takes
+    twice as long. In the AIConfigurator 0.12 database only vLLM 0.27.0 fp8 on B300, GB200
+    and GB300 do (median 6.9–15×: 92 ms for a Llama-3.1-70B step at TP 1 and batch 1 on B300,
+    where TensorRT-LLM and SGLang take 17–18 ms and vLLM's own bf16 24 ms); their prefill
+    passes carry the same fixed 20–60 ms (a 512-token Llama-3.1-8B pass: 25 ms against 6 ms
+    in bf16), so no point of theirs measures the engine's native path."""
+    keys = ["accelerator", "engine", "model", "tp", "batch", "context_tokens"]
+    small = table[(table["kind"] == "decode") & (table["batch"] <= SCREEN_BATCH)]
+    bf16 = small[small["weight_dtype"] == "bf16"].set_index(keys)["latency_ms"].rename("bf16_ms")
+    other = small[small["weight_dtype"] != "bf16"].join(bf16, on=keys).dropna(subset=["bf16_ms"])
+    ratio = (other["latency_ms"] / other["bf16_ms"]).groupby([other[k] for k in FIT_KEY]).median()
+    return {key: float(r) for key, r in ratio.items() if r > SCREEN_RATIO}
+
+
+def fitted_entries(table: pd.DataFrame, donors: Calibration | None = None,
+                   screen_against: pd.DataFrame | None = None) -> list[ParameterSet]:
+    """The fit of every (accelerator, engine, dtype) group of ``table``, sorted (TensorRT-LLM
+    first). A group `screened_groups` flags (judged on ``screen_against``, default ``table``)
+    is not fitted: its row is the TensorRT-LLM row of its accelerator and precision (of
+    ``donors``, default the fits of ``table``'s other groups), its source says so."""
+    screened = screened_groups(table if screen_against is None else screen_against)
+    flagged = pd.Series(list(zip(*(table[k] for k in FIT_KEY))), index=table.index).isin(screened.keys())
+    entries = [_entry(g, table) for g in calibrate(table[~flagged], holdout=0.2, seed=0,
+                                                   start=Calibration()).groups] if (~flagged).any() else []
+    donors = donors or Calibration(entries=entries)
+    for (accelerator, engine, dtype), rows in table[flagged].groupby(FIT_KEY, sort=True):
+        donor = donors.lookup(accelerator, dtype, "trtllm")
+        if (donor.accelerator, donor.engine, donor.dtype) != (accelerator, "trtllm", dtype):
+            raise ValueError(f"{accelerator}/{engine}/{dtype}: its points are screened out and there is no TensorRT-LLM "
+                             f"{dtype} row of {accelerator} to stand in")
         version = one_version(rows)
-        entry = g.entry(source=f"fit to data/calibration/aiconfigurator.csv (AIConfigurator 0.12 database, "
-                               f"{g.engine} {version}; {len(g.train)} points fitted, {len(g.holdout)} held out)",
-                        as_of=str(rows["as_of"].dropna().max()))
-        entries.append(entry.model_copy(update={"engine_version": version}))
+        source = (f"not fitted: the {len(rows)} points of data/calibration/aiconfigurator.csv (AIConfigurator 0.12 "
+                  f"database, {engine} {version}) are left out, their decode steps at batch ≤ {SCREEN_BATCH} taking "
+                  f"{screened[(accelerator, engine, dtype)]:.1f} × the same engine's bf16 steps at the median "
+                  f"(defaults.screened_groups: no native kernel); the parameters are the {accelerator} trtllm {dtype} "
+                  "row's (assumed)")
+        entries.append(donor.model_copy(update={"engine": engine, "engine_version": version, "spread": {},
+                                                "source": source, "as_of": str(rows["as_of"].dropna().max())}))
     return sorted(entries, key=lambda e: (e.accelerator, ENGINE_ORDER.get(e.engine, 9), e.dtype))
+
+
+def _entry(g, table: pd.DataFrame) -> ParameterSet:
+    """A group's fit as a shipped entry: its source names the database, the engine release and the points."""
+    rows = table[(table.accelerator == g.accelerator) & (table.engine == g.engine) & (table.weight_dtype == g.dtype)]
+    version = one_version(rows)
+    entry = g.entry(source=f"fit to data/calibration/aiconfigurator.csv (AIConfigurator 0.12 database, "
+                           f"{g.engine} {version}; {len(g.train)} points fitted, {len(g.holdout)} held out)",
+                    as_of=str(rows["as_of"].dropna().max()))
+    return entry.model_copy(update={"engine_version": version})
 
 
 def derive() -> list[dict]:
@@ -261,7 +309,7 @@ def add_new_groups(shipped: list[dict]) -> list[dict]:
     new = table[[(a, e, d) not in have for a, e, d in zip(table.accelerator, table.engine, table.weight_dtype)]]
     kept = [{**{k: v for k, v in r.items() if k != "engine_version"},
              "engine_version": r.get("engine_version") or release_in(r["source"], r["engine"])} for r in shipped]
-    rows = [flat(e) for e in fitted_entries(new)] if len(new) else []
+    rows = [flat(e) for e in fitted_entries(new, shipped_calibration(), table)] if len(new) else []
     columns = list(rows[0]) if rows else ["accelerator", "engine", "engine_version", *kept[0]]
     rows += [{c: r.get(c, "") for c in dict.fromkeys(columns)} for r in kept]
     named = sorted((r for r in rows if r["engine"] != "*"),
