@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from optimizer.curves.expert_parallel import (
@@ -25,7 +27,7 @@ DEEPSEEK = ModelShape(params_total=671e9, params_active=37e9, layers=61, hidden=
                       experts_per_token=8)
 EFF = Efficiency(prefill_mfu=0.5, decode_mbu=0.8, decode_mfu=0.5, step_overhead_s=0.0, usable_hbm_fraction=0.9,
                  workspace_bytes_per_gpu=0.0, collective_latency_s=10e-6, link_efficiency=1.0, nic_efficiency=1.0,
-                 scaleout_latency_s=5e-6, roofline_sharpness=float("inf"))
+                 alltoall_nic_efficiency=1.0, scaleout_latency_s=5e-6, roofline_sharpness=float("inf"))
 
 
 def hgx(gpus_per_node=8, domain=8):
@@ -60,6 +62,19 @@ def test_alltoall_on_the_scale_out_fabric():
     r = ep(16)
     assert fabric(r) == SCALE_OUT
     assert alltoall_layer_s(r, 64) == pytest.approx(2 * 5e-6 + 917_504 * 8 / 16 / 50e9, rel=1e-12)
+
+
+def test_the_alltoall_across_nodes_reaches_its_own_share_of_the_nic():
+    """The same EP 16, 64 tokens, at the shipped all-to-all share η_a2a = 0.0975 and hop 177.7 µs
+    (the KV transfers' nic_efficiency left at 1): 917,504 · 8/16 B over 50 GB/s × 0.0975 =
+    94.103 µs, plus 2 × 177.7 µs; a lower share never makes the layer faster."""
+    shipped = replace(EFF, alltoall_nic_efficiency=0.0975, scaleout_latency_s=177.7e-6)
+    r = Replica(DEEPSEEK, hgx(), shipped, 16, activation_bytes_per_value=2.0, attention_dp=True)
+    assert alltoall_layer_s(r, 64) == pytest.approx(2 * 177.7e-6 + 917_504 * 8 / 16 / (50e9 * 0.0975), rel=1e-12)
+    times = [alltoall_layer_s(Replica(DEEPSEEK, hgx(), replace(shipped, alltoall_nic_efficiency=eta), 16,
+                                      activation_bytes_per_value=2.0, attention_dp=True), 4096)
+             for eta in (1.0, 0.5, 0.2, 0.0975, 0.05)]
+    assert times == sorted(times)
 
 
 def test_an_nvl72_rack_keeps_ep72_on_nvlink():
@@ -131,3 +146,29 @@ def test_tighter_itl_never_raises_ep_throughput_per_gpu(moe, gpu, gpus):
         per_gpu.append(c.decode_tokens_per_s / gpus if c else 0.0)
     assert per_gpu[0] > 0
     assert all(b <= a_ + 1e-9 for a_, b in zip(per_gpu, per_gpu[1:])), per_gpu
+
+
+def test_the_shipped_alltoall_defaults_are_the_fit_and_the_fit_recovers_known_values():
+    """`calibrate.scaleout` on the database's decode steps across nodes gives the shipped
+    defaults (to 0.5 %); on the same rows with latencies made by the curves at α = 120 µs and
+    η = 0.2 it finds those; and the fitted values read the held-out steps within 20 % at the
+    median where the values assumed before (10 µs, 0.7) were 2–5× fast."""
+    import numpy as np
+
+    from optimizer.commands.calibrate.model import shipped_catalogue
+    from optimizer.commands.calibrate.scaleout import MOE_POINTS, fit_scaleout, predicted_ms, scored, wider_than_scaleup
+    from optimizer.scenario import Serving
+    from optimizer.scenario.calibration.tables import read_table
+
+    catalogue = shipped_catalogue()
+    rows = wider_than_scaleup(read_table(MOE_POINTS), catalogue)
+    found = fit_scaleout(rows, catalogue=catalogue)
+    shipped = Serving().expert_parallel
+    assert found.latency_us == pytest.approx(shipped.scaleout_latency_us, rel=0.005)
+    assert found.nic_efficiency == pytest.approx(shipped.nic_efficiency, rel=0.005)
+    assert float(np.median(found.holdout["error"])) < 0.2
+    before = scored(rows, 10.0, 0.7, catalogue)
+    assert float(np.median(np.log(before["predicted_ms"] / before["measured_ms"]))) < -0.9
+    synthetic = rows.assign(latency_ms=predicted_ms(rows, 120.0, 0.2, catalogue))
+    known = fit_scaleout(synthetic, catalogue=catalogue)
+    assert (known.latency_us, known.nic_efficiency) == (pytest.approx(120.0, rel=1e-3), pytest.approx(0.2, rel=1e-3))

@@ -101,7 +101,9 @@ class Efficiency:
     bandwidth) and a bulk one (``bulk_extra_latency_s`` more latency, ``link_efficiency`` of
     the link); on a PCIe-only part, replicas of more than ``pcie_p2p_gpus`` GPUs route them
     through the host. ``nic_efficiency`` is the share of the scale-out NIC that KV transfers
-    and collectives across nodes reach (not fitted: no measured table covers them).
+    and collectives across nodes reach (not fitted: no measured table covers them);
+    ``alltoall_nic_efficiency`` and ``scaleout_latency_s`` the share and the hop latency of an
+    expert-parallel all-to-all across nodes (`optimizer.curves.expert_parallel`).
     """
 
     prefill_mfu: float
@@ -118,6 +120,7 @@ class Efficiency:
     small_link_share: float = 1.0
     pcie_p2p_gpus: int = 8
     nic_efficiency: float = 0.7
+    alltoall_nic_efficiency: float = 0.7
     scaleout_latency_s: float = 10e-6
     roofline_sharpness: float
     attention_factor: float = 1.0
