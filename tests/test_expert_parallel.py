@@ -149,26 +149,40 @@ def test_tighter_itl_never_raises_ep_throughput_per_gpu(moe, gpu, gpus):
 
 
 def test_the_shipped_alltoall_defaults_are_the_fit_and_the_fit_recovers_known_values():
-    """`calibrate.scaleout` on the database's decode steps across nodes gives the shipped
-    defaults (to 0.5 %); on the same rows with latencies made by the curves at α = 120 µs and
-    η = 0.2 it finds those; and the fitted values read the held-out steps within 20 % at the
-    median where the values assumed before (10 µs, 0.7) were 2–5× fast."""
+    """`calibrate.alltoall` on the database's EP decode steps gives the shipped defaults (to
+    0.5 %): the hop within the scale-up group, and across nodes the hop and the NIC share; the
+    across-nodes fit reads the held-out steps within 20 % at the median where the values
+    assumed before (10 µs, 0.7) were 2.5× fast or more; on the same rows with latencies made
+    by the curves at known values, each fit finds those."""
     import numpy as np
 
+    from optimizer.commands.calibrate.alltoall import FITS, MOE_POINTS, ep_decode, fit_alltoall, predicted_ms, scored
     from optimizer.commands.calibrate.model import shipped_catalogue
-    from optimizer.commands.calibrate.scaleout import MOE_POINTS, fit_scaleout, predicted_ms, scored, wider_than_scaleup
     from optimizer.scenario import Serving
     from optimizer.scenario.calibration.tables import read_table
 
     catalogue = shipped_catalogue()
-    rows = wider_than_scaleup(read_table(MOE_POINTS), catalogue)
-    found = fit_scaleout(rows, catalogue=catalogue)
+    table = read_table(MOE_POINTS)
     shipped = Serving().expert_parallel
-    assert found.latency_us == pytest.approx(shipped.scaleout_latency_us, rel=0.005)
-    assert found.nic_efficiency == pytest.approx(shipped.nic_efficiency, rel=0.005)
-    assert float(np.median(found.holdout["error"])) < 0.2
-    before = scored(rows, 10.0, 0.7, catalogue)
-    assert float(np.median(np.log(before["predicted_ms"] / before["measured_ms"]))) < -0.9
-    synthetic = rows.assign(latency_ms=predicted_ms(rows, 120.0, 0.2, catalogue))
-    known = fit_scaleout(synthetic, catalogue=catalogue)
-    assert (known.latency_us, known.nic_efficiency) == (pytest.approx(120.0, rel=1e-3), pytest.approx(0.2, rel=1e-3))
+    known = {"scaleup_latency_us": 60.0, "scaleout_latency_us": 120.0, "nic_efficiency": 0.2}
+    for across, names in FITS:
+        rows = ep_decode(table, catalogue, across)
+        found = fit_alltoall(rows, names, catalogue=catalogue)
+        for name in names:
+            assert found.values[name] == pytest.approx(getattr(shipped, name), rel=0.005), name
+        synthetic = rows.assign(latency_ms=predicted_ms(rows, {n: known[n] for n in names}, catalogue))
+        again = fit_alltoall(synthetic, names, catalogue=catalogue)
+        assert again.values == {n: pytest.approx(known[n], rel=1e-3) for n in names}
+        if across:
+            assert float(np.median(found.holdout["error"])) < 0.2
+            before = scored(rows, {"scaleout_latency_us": 10.0, "nic_efficiency": 0.7}, catalogue)
+            assert float(np.median(np.log(before["predicted_ms"] / before["measured_ms"]))) < -0.9
+
+
+def test_the_scale_up_hop_is_the_collective_latency_unless_set():
+    """EP 8 in a node, 64 tokens, with the all-to-all's own hop at 32.8 µs: 2 × 32.8 µs plus the
+    same 1.78418 µs of NVLink transfer; unset, the hop is the collective latency (10 µs)."""
+    r = Replica(DEEPSEEK, hgx(), replace(EFF, alltoall_scaleup_latency_s=32.8e-6), 8, activation_bytes_per_value=2.0,
+                attention_dp=True)
+    assert alltoall_layer_s(r, 64) == pytest.approx(2 * 32.8e-6 + 1_835_008 * 7 / 8 / 900e9, rel=1e-12)
+    assert alltoall_layer_s(ep(8), 64) == pytest.approx(2 * 10e-6 + 1_835_008 * 7 / 8 / 900e9, rel=1e-12)

@@ -22,10 +22,10 @@ scale-out NIC while (g − 1)/p stays on the scale-up links, the two in parallel
 
     layer time = 2·α_out + max(v·(p − g)/p / (B_nic·η_nic),  v·(g − 1)/p / (B_up·η_link))
 
-α is the latency per hop (one for the dispatch, one for the combine): the calibrated collective
-latency on the scale-up fabric, ``scaleout_latency_s`` over the NICs; η_nic is
-``alltoall_nic_efficiency`` (both fitted to measured decode steps across nodes:
-`optimizer.commands.calibrate.scaleout`). A decode step pays L
+α is the latency per hop (one for the dispatch, one for the combine): ``alltoall_scaleup_latency_s``
+on the scale-up fabric (by default the calibrated collective latency), ``scaleout_latency_s``
+over the NICs; η_nic is ``alltoall_nic_efficiency`` (the hops and η_nic fitted to measured
+decode steps: `optimizer.commands.calibrate.alltoall`). A decode step pays L
 layers of it (all layers counted as MoE layers: DeepSeek-V3's 3 dense of 61 are overstated).
 There is no all-reduce: attention is whole on each GPU.
 """
@@ -65,7 +65,8 @@ def alltoall_layer_s(replica: Replica, tokens):
     up = replica.hw.scaleup_bytes_per_s * eff.link_efficiency
     g = scaleup_group_gpus(replica)
     if p <= g:
-        return 2.0 * eff.collective_latency_s + v * (p - 1) / p / up
+        hop = eff.collective_latency_s if eff.alltoall_scaleup_latency_s is None else eff.alltoall_scaleup_latency_s
+        return 2.0 * hop + v * (p - 1) / p / up
     out = replica.hw.nic_bytes_per_s * eff.alltoall_nic_efficiency
     return 2.0 * eff.scaleout_latency_s + np.maximum(v * (p - g) / p / out, v * (g - 1) / p / up)
 

@@ -103,7 +103,8 @@ class Efficiency:
     through the host. ``nic_efficiency`` is the share of the scale-out NIC that KV transfers
     and collectives across nodes reach (not fitted: no measured table covers them);
     ``alltoall_nic_efficiency`` and ``scaleout_latency_s`` the share and the hop latency of an
-    expert-parallel all-to-all across nodes (`optimizer.curves.expert_parallel`).
+    expert-parallel all-to-all across nodes, ``alltoall_scaleup_latency_s`` its hop on the
+    scale-up fabric (None: ``collective_latency_s``) (`optimizer.curves.expert_parallel`).
     """
 
     prefill_mfu: float
@@ -121,6 +122,7 @@ class Efficiency:
     pcie_p2p_gpus: int = 8
     nic_efficiency: float = 0.7
     alltoall_nic_efficiency: float = 0.7
+    alltoall_scaleup_latency_s: float | None = None
     scaleout_latency_s: float = 10e-6
     roofline_sharpness: float
     attention_factor: float = 1.0

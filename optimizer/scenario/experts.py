@@ -2,11 +2,16 @@
 data-parallelism for mixture-of-experts models, and MTP speculative decoding on it (opt-in).
 
 Sources and assumptions of the defaults (data/SOURCES.md, "Expert parallelism"):
+- scaleup_latency_us 32.8: one all-to-all hop on the scale-up fabric (NVLink), fitted
+  (`optimizer.commands.calibrate.alltoall`) to the 1,392 decode steps of EP replicas within their
+  scale-up group (EP 8 on H100, H200, B200, B300 nodes; EP 8–32 in GB200/GB300 NVL72 racks;
+  TensorRT-LLM, vLLM, SGLang) in the AIConfigurator 0.12 database,
+  data/calibration/aiconfigurator_moe.csv: median error 12–38 % held out, bias ln −0.40 to +0.07
+  (with each row's dense collective latency, 0–15 µs: 17–48 %, ln −0.19 to −0.65).
 - scaleout_latency_us 177.7 and nic_efficiency 0.0975: the hop latency and the NIC's share of an
-  all-to-all across nodes, fitted (`optimizer.commands.calibrate.scaleout`) to the 960 decode steps of
-  EP 16 and 32 replicas over 8-GPU nodes (H100, H200, B200, B300; TensorRT-LLM, vLLM, SGLang) in the
-  AIConfigurator 0.12 database, data/calibration/aiconfigurator_moe.csv: median error 5–19 % held out
-  (60–78 % with the 10 µs and 0.7 assumed before). 0.0975 of a 400 Gb/s NIC is 4.9 GB/s a GPU; the
+  all-to-all across nodes, fitted the same way to the 960 decode steps of EP 16 and 32 replicas
+  over 8-GPU nodes (H100, H200, B200, B300): median error 5–19 % held out (60–78 % with the 10 µs
+  and 0.7 assumed before). 0.0975 of a 400 Gb/s NIC is 4.9 GB/s a GPU; the
   hop sits with DeepEP's published low-latency dispatch of 128 tokens at EP 64–256 on 400 Gb/s CX7,
   173–194 µs (repo deepseek-ai/DeepEP README), while DeepEP's bulk kernels reach ~40 GB/s over RDMA
   there: these are the engines the database measured, not the fastest kernels published.
@@ -46,6 +51,10 @@ class ExpertParallel(Strict):
     enabled: bool = False
     gpus: list[int] = bounded(default_factory=lambda: [8, 16, 32, 64, 72], ge=2, le=4096, each=True, unit="GPUs",
                               description="EP degrees offered (GPUs per replica); across nodes only whole nodes")
+    scaleup_latency_us: float | None = bounded(32.8, ge=0, le=10_000, unit="µs",
+                                               description="fixed latency of one all-to-all hop on the scale-up "
+                                                           "fabric (none: the accelerator's calibrated collective "
+                                                           "latency)", why="10 ms a hop is no NVLink")
     scaleout_latency_us: float = bounded(177.7, ge=0, le=10_000, unit="µs",
                                          description="fixed latency of one all-to-all hop over the scale-out NICs",
                                          why="10 ms a hop is no RDMA fabric")

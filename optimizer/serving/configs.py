@@ -125,6 +125,8 @@ def efficiency(s: Serving, accelerator: str = "*", dtype: str = "bf16") -> Effic
         pcie_p2p_gpus=int(v["pcie_p2p_gpus"]),
         nic_efficiency=s.nic_efficiency,
         alltoall_nic_efficiency=s.expert_parallel.nic_efficiency,
+        alltoall_scaleup_latency_s=(None if s.expert_parallel.scaleup_latency_us is None
+                                    else s.expert_parallel.scaleup_latency_us / US_PER_S),
         scaleout_latency_s=s.expert_parallel.scaleout_latency_us / US_PER_S,
         roofline_sharpness=v["roofline_sharpness"],
         attention_factor=v["attention_factor"],
