@@ -188,6 +188,32 @@ def test_a_node_every_hour_needs_is_freed_by_a_year_merge(tiny, optimum, monkeyp
     assert gpus(first) == {"h100-sxm"}  # the premise: the master's plan is on H100
     better, _ = improve_by_moves(tiny, first, 3000)
     assert gpus(better) == {"l40s"} and plan_cost(tiny, better) == pytest.approx(optimum, rel=REL)
+    monkeypatch.setattr(moves, "pair_closures", lambda plan: iter(()))  # the other move in every hour at once
     monkeypatch.setattr(moves, "year_merges", lambda plan: iter(()))
     hourly, _ = improve_by_moves(tiny, first, 3000)
     assert plan_cost(tiny, hourly) > optimum * 1.5
+
+
+def test_a_pair_closure_empties_a_pair_in_every_hour_and_reaches_the_optimum(tiny, optimum, monkeypatch):
+    """From the same first plan, closing the H100 pair moves every one of its pools' load, in
+    both hours, into L40S pools: no H100 GPU is left in any state, the loads still sum to the
+    demand, and the search with closures but no year merges reaches the brute-force optimum."""
+    from optimizer.solve import moves
+
+    first = _first(tiny)
+    plan = WholePlan(tiny, first)
+    closures = list(moves.pair_closures(plan))
+    assert len(closures) == sum(bool(plan.gpus[key].any()) for key in tiny.site_gpus) >= 1
+    for loads, _ in closures:
+        move = plan.price(loads)
+        for (pid, sid), n in move.replicas.items():
+            assert n == 0 or tiny.pools[pid].gpu != "h100-sxm"
+        for sid, pools in loads.items():
+            before = sum(plan.loads[sid].values())
+            after = sum(pools.get(pid, y) for pid, y in plan.loads[sid].items()) + sum(
+                y for pid, y in pools.items() if pid not in plan.loads[sid])
+            assert after == pytest.approx(before, rel=1e-12)
+    monkeypatch.setattr(moves, "year_merges", lambda plan: iter(()))
+    better, _ = improve_by_moves(tiny, first, 3000)
+    assert plan_cost(tiny, better) == pytest.approx(optimum, rel=REL)
+    assert_balanced(tiny, better)

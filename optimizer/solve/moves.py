@@ -14,6 +14,9 @@ decode speed classes are kept, so every request stays inside its objective:
            nodes and keep the source's);
 * decode — all of a decode pool's load into another decode pool of its (site, workload,
            class);
+* closure — every pool of one (site, accelerator) into pools of their tiers (decode: of their
+           class) on other accelerators, in every nominal state at once: a pair whose
+           nodes all its pools share (a rack) is freed only when all of them leave;
 * route  — one (metro, workload)'s requests in one state from its (site, tier) to another arc
            of it, into the target tier's most loaded entry pool (a small pool emptied, a
            site's last replicas of a workload closed).
@@ -278,6 +281,69 @@ def year_merges(plan: WholePlan):
             yield loads, None
 
 
+def pair_closures(plan: WholePlan):
+    """Every pool of one (site, accelerator) emptied at once, in every nominal state: each entry
+    pool's load into the pool of its tier on another accelerator most loaded in that state (its
+    densest if none is), its decode class following; then each decode pool's into its class's
+    most loaded pool on another accelerator. Nodes that every pool of the pair needs (one
+    72-GPU rack, say) are freed only when all of them leave; a pair with a pool that has
+    nowhere else to go is not closed."""
+    inst = plan.inst
+    for key in inst.site_gpus:
+        site, gpu = key
+        if not plan.gpus[key].any():
+            continue
+        loads = {}
+        for sid in plan.rule.ids:
+            pools = _closed(plan, sid, site, gpu)
+            if pools is None:
+                break
+            if pools:
+                loads[sid] = pools
+        else:
+            if loads:
+                yield loads, None
+
+
+def _closed(plan: WholePlan, sid: int, site: str, gpu: str) -> dict | None:
+    """One state's loads with (site, gpu)'s pools emptied (`pair_closures`); None where one
+    has nowhere else to go."""
+    inst, current = plan.inst, plan.loads[sid]
+    pools: dict = {}
+
+    def load(q):
+        return pools.get(q, current.get(q, 0.0))
+
+    def elsewhere(candidates):
+        others = [q for q in candidates if inst.pools[q].gpu != gpu]
+        if not others:
+            return None
+        loaded = [q for q in others if load(q) > NO_LOAD_RPS]
+        return max(loaded, key=lambda q: (load(q), -q)) if loaded else min(others, key=lambda q: (_gpus_per_rps(inst, q), q))
+
+    on_pair = sorted(pid for pid in current if (inst.pools[pid].site, inst.pools[pid].gpu) == (site, gpu))
+    for pid in [q for q in on_pair if inst.pools[q].role != Role.DECODE]:
+        p, y = inst.pools[pid], load(pid)
+        into = elsewhere(inst.tier_pools.get((p.regime, p.site, p.workload, p.tier), []))
+        if into is None:
+            return None
+        pools[pid] = 0.0
+        pools[into] = load(into) + y
+        _decode_follow(plan, sid, pools, p.site, p.workload, _class(p), _class(inst.pools[into]), y)
+    decode = {q for q in [*on_pair, *pools] if inst.pools[q].role == Role.DECODE and inst.pools[q].gpu == gpu
+              and inst.pools[q].site == site}
+    for pid in sorted(decode):
+        p, y = inst.pools[pid], load(pid)
+        if y <= NO_LOAD_RPS:
+            continue
+        into = elsewhere(inst.decode_pools.get((p.site, p.workload, p.speed), []))
+        if into is None:
+            return None
+        pools[pid] = 0.0
+        pools[into] = load(into) + y
+    return pools
+
+
 def decode_merges(plan: WholePlan, sid: int):
     """Each loaded decode pool's load into another decode pool of its class, smallest first."""
     inst, loads = plan.inst, plan.loads[sid]
@@ -361,7 +427,8 @@ class Search:
 def improve_by_moves(inst: Instance, sol: Solution, budget: int, stop=lambda: False,
                      year_first: bool = False) -> tuple[Solution, Search]:
     """Moves (module docstring) in rounds: over the nominal states merges, decode merges and
-    route shifts, and year merges after them (``year_first``: before them) — first
+    route shifts, and year merges after them (``year_first``: before them), then pair
+    closures — first
     improvement, until a round keeps nothing or ``budget`` moves have been priced (or
     ``stop()``, the wall-clock cap, says so). Returns the improved plan (made whole by
     `commitments.commit`) and what the search did."""
@@ -378,6 +445,7 @@ def improve_by_moves(inst: Instance, sol: Solution, budget: int, stop=lambda: Fa
                 break
         if not year_first:
             kept_in_round |= _first_improvements(plan, year_merges(plan), done, budget, stop)
+        kept_in_round |= _first_improvements(plan, pair_closures(plan), done, budget, stop)
     done.after_usd = plan.cost_usd
     return (plan.solution() if done.kept else sol), done
 
