@@ -186,3 +186,15 @@ def test_the_scale_up_hop_is_the_collective_latency_unless_set():
                 attention_dp=True)
     assert alltoall_layer_s(r, 64) == pytest.approx(2 * 32.8e-6 + 1_835_008 * 7 / 8 / 900e9, rel=1e-12)
     assert alltoall_layer_s(ep(8), 64) == pytest.approx(2 * 10e-6 + 1_835_008 * 7 / 8 / 900e9, rel=1e-12)
+
+
+def test_the_alltoall_share_of_the_nic_is_a_fraction_and_a_percentage_gets_the_hint():
+    from pydantic import ValidationError
+
+    from optimizer.scenario.experts import ExpertParallel
+
+    assert ExpertParallel(nic_efficiency=0.5, scaleup_latency_us=None).nic_efficiency == 0.5
+    with pytest.raises(ValidationError, match="looks like a percentage"):
+        ExpertParallel(nic_efficiency=50)
+    with pytest.raises(ValidationError):
+        ExpertParallel(scaleup_latency_us=-1.0)

@@ -61,3 +61,5 @@ class ExpertParallel(Strict):
     nic_efficiency: float = bounded(0.0975, ge=0.01, le=1,
                                     description="share of the scale-out NIC an all-to-all across nodes reaches")
     mtp: Mtp = Field(default_factory=Mtp)
+
+    _fraction = field_validator("nic_efficiency", mode="before")(fraction_before)
