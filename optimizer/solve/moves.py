@@ -288,21 +288,12 @@ def pair_closures(plan: WholePlan):
     most loaded pool on another accelerator. Nodes that every pool of the pair needs (one
     72-GPU rack, say) are freed only when all of them leave; a pair with a pool that has
     nowhere else to go is not closed."""
-    inst = plan.inst
-    for key in inst.site_gpus:
-        site, gpu = key
+    for key in plan.inst.site_gpus:
         if not plan.gpus[key].any():
             continue
-        loads = {}
-        for sid in plan.rule.ids:
-            pools = _closed(plan, sid, site, gpu)
-            if pools is None:
-                break
-            if pools:
-                loads[sid] = pools
-        else:
-            if loads:
-                yield loads, None
+        states = {sid: _closed(plan, sid, *key) for sid in plan.rule.ids}
+        if all(pools is not None for pools in states.values()):
+            yield {sid: pools for sid, pools in states.items() if pools}, None
 
 
 def _closed(plan: WholePlan, sid: int, site: str, gpu: str) -> dict | None:
@@ -319,7 +310,9 @@ def _closed(plan: WholePlan, sid: int, site: str, gpu: str) -> dict | None:
         if not others:
             return None
         loaded = [q for q in others if load(q) > NO_LOAD_RPS]
-        return max(loaded, key=lambda q: (load(q), -q)) if loaded else min(others, key=lambda q: (_gpus_per_rps(inst, q), q))
+        if loaded:
+            return max(loaded, key=lambda q: (load(q), -q))
+        return min(others, key=lambda q: (_gpus_per_rps(inst, q), q))
 
     on_pair = sorted(pid for pid in current if (inst.pools[pid].site, inst.pools[pid].gpu) == (site, gpu))
     for pid in [q for q in on_pair if inst.pools[q].role != Role.DECODE]:
@@ -427,9 +420,8 @@ class Search:
 def improve_by_moves(inst: Instance, sol: Solution, budget: int, stop=lambda: False,
                      year_first: bool = False) -> tuple[Solution, Search]:
     """Moves (module docstring) in rounds: over the nominal states merges, decode merges and
-    route shifts, and year merges after them (``year_first``: before them), then pair
-    closures — first
-    improvement, until a round keeps nothing or ``budget`` moves have been priced (or
+    route shifts, and year merges after them (``year_first``: before them), then pair closures
+    — first improvement, until a round keeps nothing or ``budget`` moves have been priced (or
     ``stop()``, the wall-clock cap, says so). Returns the improved plan (made whole by
     `commitments.commit`) and what the search did."""
     plan = WholePlan(inst, sol)

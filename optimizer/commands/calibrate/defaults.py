@@ -234,8 +234,8 @@ def fitted_entries(table: pd.DataFrame, donors: Calibration | None = None,
     for (accelerator, engine, dtype), rows in table[flagged].groupby(FIT_KEY, sort=True):
         donor = donors.lookup(accelerator, dtype, "trtllm")
         if (donor.accelerator, donor.engine, donor.dtype) != (accelerator, "trtllm", dtype):
-            raise ValueError(f"{accelerator}/{engine}/{dtype}: its points are screened out and there is no TensorRT-LLM "
-                             f"{dtype} row of {accelerator} to stand in")
+            raise ValueError(f"{accelerator}/{engine}/{dtype}: its points are screened out and there is no "
+                             f"TensorRT-LLM {dtype} row of {accelerator} to stand in")
         version = one_version(rows)
         source = (f"not fitted: the {len(rows)} points of data/calibration/aiconfigurator.csv (AIConfigurator 0.12 "
                   f"database, {engine} {version}) are left out, their decode steps at batch ≤ {SCREEN_BATCH} taking "
