@@ -159,3 +159,31 @@ def test_the_reference_plans_the_same_whatever_threads_blas_is_given(tmp_path):
                         "--no-report"], env=env, check=True)
         folders.append(_folder_bytes(out))
     assert folders[0] == folders[1]
+
+
+DIGEST = """
+import hashlib
+from optimizer.geography.network import build_graph, rtt_matrix
+from optimizer.instance.build import build_instance
+from optimizer.scenario import load_scenario
+s, raw = load_scenario(None)
+inst = build_instance(s, rtt_matrix(build_graph(s, raw.path.parent), s))
+h = hashlib.sha256()
+for p in inst.pools:
+    h.update(repr((p.config.id, p.decode_rps, p.gpus)).encode())
+    if p.table is not None:
+        h.update(p.table.tobytes())
+print(h.hexdigest())
+"""
+
+
+def test_an_instance_built_outside_the_cli_is_the_same_whatever_threads_blas_is_given():
+    """A notebook or benchmark that calls `build_instance` itself gets the instance `fleetplan
+    plan` builds: the same pools to the last bit with BLAS given one thread or two (two had
+    moved the reference's default plan from $16,610,147 to $16,561,276). Fresh processes."""
+    digests = []
+    for threads in ("1", "2"):
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": threads, "OMP_NUM_THREADS": threads}
+        run = subprocess.run([sys.executable, "-c", DIGEST], env=env, check=True, capture_output=True, text=True)
+        digests.append(run.stdout.strip())
+    assert digests[0] == digests[1]

@@ -30,6 +30,7 @@ from typing import ClassVar
 
 import numpy as np
 import pandas as pd
+from threadpoolctl import threadpool_limits
 
 from optimizer.base.contracts import COST_CATEGORIES, TERMS
 from optimizer.base.spot import is_spot, spot_loss, spot_lost_site
@@ -189,7 +190,15 @@ class Instance:
 def build_instance(s: Scenario, rtt: pd.DataFrame, caches: CacheChoice | None = None) -> Instance:
     """Scenario + RTT matrix (metros × sites, ms) → Instance. ``caches``: the workloads'
     candidate KV caches (`kvcache.cache_choice`), whose prefill and colocated pools are built
-    once per candidate (`cache_tier_pools`); None: the scenario's own pools."""
+    once per candidate (`cache_tier_pools`); None: the scenario's own pools. BLAS runs on one
+    thread meanwhile, whoever calls: a multithreaded BLAS sums in an order set by its thread
+    count, and an instance built on the machine's two threads moved the reference's default
+    plan from $16,610,147 to $16,561,276."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _build_instance(s, rtt, caches)
+
+
+def _build_instance(s: Scenario, rtt: pd.DataFrame, caches: CacheChoice | None) -> Instance:
     slices = build_slices(s)
     demand_df = build_demand(s, slices)
     demand = {(r.metro, r.workload, int(r.slice)): float(r.requests_per_s) for r in demand_df.itertuples() if r.requests_per_s > 0}
