@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 import pandas as pd
-from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -72,13 +71,6 @@ def time_to_gap(result, gap: float) -> float | str:
 
 
 def run_step(step: str, folder: Path, time_limit: float | None, effort: str, history: Path | None) -> dict:
-    """One step, with BLAS on one thread as `fleetplan plan` runs it (`pipeline.plan_instance`):
-    a multithreaded BLAS moves the last bits, and with them the plan."""
-    with threadpool_limits(limits=1, user_api="blas"):
-        return _run_step(step, folder, time_limit, effort, history)
-
-
-def _run_step(step: str, folder: Path, time_limit: float | None, effort: str, history: Path | None) -> dict:
     start = time.perf_counter()
     s, raw = load_scenario(scenario_for(step, folder))
     rtt = rtt_matrix(build_graph(s, raw.path.parent), s)

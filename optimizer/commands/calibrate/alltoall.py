@@ -43,6 +43,7 @@ MOE_POINTS = SHIPPED_FILE.parent / "calibration" / "aiconfigurator_moe.csv"
 LATENCY_US = (0.0, 2000.0)  # a hop of an all-to-all kernel: more than 2 ms is no such fabric
 EFFICIENCY = (0.01, 1.0)
 ASSUMED = {"scaleup_latency_us": None, "scaleout_latency_us": 10.0, "nic_efficiency": 0.7}  # before the fit
+UNSET = "unset (each row's collective latency)"
 
 
 @dataclass
@@ -129,10 +130,8 @@ def main(argv=None) -> int:
         print(f"\n{len(rows)} decode steps of EP replicas {where} their scale-up group ({len(found.train)} fitted, "
               f"{len(found.holdout)} held out)")
         print("fitted: " + ", ".join(f"{n} {v:.4g} (shipped {getattr(shipped, n)})" for n, v in found.values.items()))
-        assumed = {n: ASSUMED[n] for n in names if ASSUMED[n] is not None}
-        print("\nbefore the fit (" + (", ".join(f"{n} {v:g}" for n, v in assumed.items()) or
-                                     "the hop: each row's calibrated collective latency") + "):")
-        before = assumed if across else {"scaleup_latency_us": None}
+        before = {n: ASSUMED[n] for n in names}
+        print("\nbefore the fit (" + ", ".join(f"{n} {UNSET if v is None else v}" for n, v in before.items()) + "):")
         print(summary(scored(rows, before, catalogue), by).round(3).to_string(index=False))
         print("\nfitted, then held out:")
         print(summary(found.train, by).round(3).to_string(index=False))

@@ -55,7 +55,6 @@ from optimizer.scenario.calibration.params import (
     ParameterSet,
     entry_from_row,
     shipped_calibration,
-    shipped_rows,
 )
 from optimizer.scenario.calibration.tables import read_table
 
@@ -288,8 +287,8 @@ def with_amd_rows(shipped: list[dict]) -> list[dict]:
     """The shipped rows as they are, the MI300X and MI325X rows derived again from the shipped
     H100 TensorRT-LLM fp8 row (`amd_rows`)."""
     key = ("h100-sxm", "trtllm", "fp8")
-    h100 = next(r for r in shipped_rows() if (r["accelerator"], r["engine"], r["dtype"]) == key)
-    new = {e.accelerator: flat(e) for e in amd_rows(entry_from_row(h100))}
+    h100 = next(r for r in shipped if (r["accelerator"], r["engine"], r["dtype"]) == key)
+    new = {e.accelerator: flat(e) for e in amd_rows(entry_from_row({k: v for k, v in h100.items() if v != ""}))}
     return [{**r, **{k: v for k, v in new[r["accelerator"]].items() if k in r}} if r["accelerator"] in new else r
             for r in shipped]
 
