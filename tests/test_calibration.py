@@ -360,3 +360,10 @@ def test_the_screened_groups_ship_the_tensorrt_llm_rows_and_predict_the_other_en
                        & (table.engine != engine) & (table.model == "llama-3.1-70b") & (table.batch <= 16)]
         ratio = predict_ms(others, serving_with(row.values())) / others["latency_ms"].to_numpy(float)
         assert 0.65 <= float(np.median(ratio)) <= 1.35, accelerator
+
+
+def test_amd_rows_without_the_h100_row_they_derive_from_are_a_clear_error():
+    from optimizer.commands.calibrate.defaults import with_amd_rows
+
+    with pytest.raises(ValueError, match="no h100-sxm/trtllm/fp8 row"):
+        with_amd_rows([{"accelerator": "b200", "engine": "trtllm", "dtype": "fp8"}])

@@ -40,6 +40,7 @@ import argparse
 import csv
 import os
 import re
+import sys
 import tempfile
 
 import numpy as np
@@ -287,7 +288,9 @@ def with_amd_rows(shipped: list[dict]) -> list[dict]:
     """The shipped rows as they are, the MI300X and MI325X rows derived again from the shipped
     H100 TensorRT-LLM fp8 row (`amd_rows`)."""
     key = ("h100-sxm", "trtllm", "fp8")
-    h100 = next(r for r in shipped if (r["accelerator"], r["engine"], r["dtype"]) == key)
+    h100 = next((r for r in shipped if (r.get("accelerator"), r.get("engine"), r.get("dtype")) == key), None)
+    if h100 is None:
+        raise ValueError(f"{SHIPPED_FILE}: no {'/'.join(key)} row to derive the MI300X and MI325X rows from")
     new = {e.accelerator: flat(e) for e in amd_rows(entry_from_row({k: v for k, v in h100.items() if v != ""}))}
     return [{**r, **{k: v for k, v in new[r["accelerator"]].items() if k in r}} if r["accelerator"] in new else r
             for r in shipped]
@@ -324,12 +327,16 @@ def main(argv=None) -> int:
                     help="keep the shipped rows as they are and fit only the (accelerator, engine, dtype) groups of "
                          "the tables the shipped file lacks")
     args = ap.parse_args(argv)
-    if args.new_groups_only or args.amd_only:
-        with SHIPPED_FILE.open(newline="") as f:
-            shipped = list(csv.DictReader(f))
-        rows = with_amd_rows(shipped) if args.amd_only else add_new_groups(shipped)
-    else:
-        rows = derive()
+    try:
+        if args.new_groups_only or args.amd_only:
+            with SHIPPED_FILE.open(newline="") as f:
+                shipped = list(csv.DictReader(f))
+            rows = with_amd_rows(shipped) if args.amd_only else add_new_groups(shipped)
+        else:
+            rows = derive()
+    except ValueError as e:  # a table or shipped file that cannot give the rows: nothing is written
+        print(f"defaults: {e}", file=sys.stderr)
+        return 2
     fd, tmp = tempfile.mkstemp(prefix=".serving_calibration.", dir=SHIPPED_FILE.parent)
     with os.fdopen(fd, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
