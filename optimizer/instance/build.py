@@ -159,6 +159,10 @@ class Instance:
     # peak (`instance.kvcache`; empty without tiers)
     kv_usd_per_rps_hour: dict[tuple[str, int], float] = field(default_factory=dict)
     kv_hit_rate: dict[tuple[str, int], float] = field(default_factory=dict)  # same key → the candidate's hit rate
+    # Prompt-length splits the program chooses among (`prompt_split.with_every_option`): parent
+    # workload → its options, each the workloads that serve it (the parent whole, or its two
+    # parts), whose demand is as if that option took all of the parent's; empty: none to choose
+    prompt_options: dict[str, list[tuple[str, ...]]] = field(default_factory=dict)
     # What the formulation reads of fleetplan's vocabulary, through this contract (formulations/
     # imports nothing of optimizer/): the cost categories it may write, the hours a committed
     # node is paid for, and the unit conversions of its coefficients.

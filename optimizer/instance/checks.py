@@ -28,8 +28,10 @@ import numpy as np
 
 from optimizer.base.errors import ScenarioError
 from optimizer.base.units import MS_PER_S, SECONDS_PER_HOUR, Role
+from optimizer.curves.lengths import prompt_lengths
 from optimizer.curves.memory import kv_budget_bytes, kv_replication
 from optimizer.curves.roofline import decode_step_time_s, mixed_step_time_s
+from optimizer.instance.prompt_split import MIN_PROMPT_PART_SHARE, candidates, part_ids, with_split
 from optimizer.scenario import RawScenario, Scenario
 from optimizer.serving.billing import token_prices
 from optimizer.serving.configs import (
@@ -51,6 +53,7 @@ def preflight(s: Scenario, raw: RawScenario) -> None:
     gpus = offered_accelerators(s)
     for wid in sorted(s.workloads):
         _check_workload(s, raw, wid, gpus)
+        _check_prompt_split(s, raw, wid)
     _check_demand(s, raw)
     _check_grid_carbon(s, raw)
     token_prices(s.policy.token_price_provider, raw.origin("policy"))
@@ -58,6 +61,43 @@ def preflight(s: Scenario, raw: RawScenario) -> None:
         from optimizer.geography.network import build_graph
 
         build_graph(s, raw.path.parent)
+
+
+def _check_prompt_split(s: Scenario, raw: RawScenario, wid: str) -> None:
+    """Each candidate threshold leaves both parts enough requests for pools of their own and
+    sits inside the model's context."""
+    w = s.workloads[wid]
+    context = s.models[w.model].max_context
+    lengths = prompt_lengths(w, context)
+    for t in w.prompt_split_candidates_tokens or []:
+        short = lengths.cdf(t)
+        if t >= context or min(short, 1.0 - short) < MIN_PROMPT_PART_SHARE:
+            raise ScenarioError(
+                f"a split at {t:,.0f} prompt tokens leaves {100 * short:.2f} % of {wid}'s requests below it and "
+                f"{100 * (1 - short):.2f} % at or above; expected at least {100 * MIN_PROMPT_PART_SHARE:g} % on each "
+                f"side (its median prompt is {lengths.quantile(0.5):,.0f} tokens, its p99 {w.isl_p99_tokens:,.0f})",
+                raw.origin("workloads", wid), field="prompt_split_candidates_tokens")
+
+
+def servable_splits(s: Scenario, raw: RawScenario) -> tuple[dict[str, list[float]], dict[str, str]]:
+    """Per workload with candidate thresholds, those whose two parts each have a complete
+    serving config (`_check_workload`: a long part's p99 prompt is longer than its parent's,
+    and may miss the TTFT objective the parent meets); and per refused "workload at T tokens"
+    why."""
+    gpus = offered_accelerators(s)
+    kept, refused = {}, {}
+    for k, thresholds in candidates(s).items():
+        kept[k] = []
+        for t in thresholds:
+            split = with_split(s, {k: t})
+            try:
+                for wid in part_ids(k, t):
+                    _check_workload(split, raw, wid, gpus)
+            except ScenarioError as exc:
+                refused[f"{k} at {t:g} tokens"] = exc.message
+            else:
+                kept[k].append(t)
+    return kept, refused
 
 
 def _domain(s: Scenario, g: str) -> int:

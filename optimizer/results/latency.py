@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from optimizer.base.units import MS_PER_S, Regime, Role
-from optimizer.curves.lengths import LengthDistribution
+from optimizer.curves.lengths import LengthDistribution, prompt_lengths
 from optimizer.curves.queueing import wait_law
 from optimizer.curves.roofline import decode_step_time_s, mixed_step_time_s
 from optimizer.curves.speculative import speculative_step_time_s
@@ -105,9 +105,9 @@ class Predictor:
             m = s.models[w.model]
             r = make_replica(m, s.accelerators[c.gpu], s.serving, c.gpus, c.weight_dtype, c.kv_dtype,
                              expert_parallel=c.expert_parallel)
-            isl = LengthDistribution(w.isl_mean_tokens, w.isl_p99_tokens, m.max_context)
+            isl = prompt_lengths(w, m.max_context)
             osl = LengthDistribution(w.osl_mean_tokens, w.osl_p99_tokens, m.max_context)
-            context, spread = inflight_context(w.isl_mean_tokens, isl.sigma, osl.mu, osl.sigma)
+            context, spread = inflight_context(w.isl_mean_tokens, isl.spread_sigma, osl.mu, osl.sigma)
             spec = speculation(s.serving, c.expert_parallel)
             if c.speculative:
                 def step(b, ctx):

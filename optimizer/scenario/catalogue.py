@@ -9,9 +9,10 @@ from pydantic import Field, create_model, field_validator, model_validator
 
 from optimizer.base.contracts import TERMS
 from optimizer.base.precision import KV_FORMATS, WEIGHT_FORMATS
-from optimizer.scenario.fields import MAX_P99_OVER_MEAN, Catalogued, bounded, fraction_before, latency_ms_check
+from optimizer.scenario.fields import MAX_P99_OVER_MEAN, Catalogued, Strict, bounded, fraction_before, latency_ms_check
 
 WeightFormat = Literal[WEIGHT_FORMATS]
+MAX_PROMPT_SPLIT_CANDIDATES = 4
 KvFormat = Literal[KV_FORMATS]
 
 
@@ -207,6 +208,20 @@ class Supply(Catalogued):
     ondemand_nodes_max: int = bounded(ge=0, le=1_000_000, unit="nodes")
 
 
+class PromptPart(Strict):
+    """Set by the plan (`optimizer.scenario.prompt_split`), never written by hand: this workload
+    is the part of ``parent`` whose prompts are from_tokens ≤ length < below_tokens (None: no
+    upper end), ``share`` of its requests; its lengths are the parent's lognormal conditioned
+    on that range (`optimizer.curves.lengths.LengthDistribution.part`)."""
+
+    parent: str
+    from_tokens: float = bounded(ge=0, le=10_000_000, unit="tokens", why="the longest context windows")
+    below_tokens: float | None = bounded(None, ge=1, le=10_000_000, unit="tokens", why="the longest context windows")
+    share: float = bounded(gt=0, le=1, description="the part's share of the parent's requests")
+    parent_isl_mean_tokens: float = bounded(ge=1, le=10_000_000, unit="tokens", why="the longest context windows")
+    parent_isl_p99_tokens: float = bounded(ge=1, le=10_000_000, unit="tokens", why="the longest context windows")
+
+
 class Workload(Catalogued):
     """A traffic class: its model and precision, its prompt and output lengths, its prompt
     cache, its latency objectives and its demand per million people at the daily peak."""
@@ -236,10 +251,30 @@ class Workload(Catalogued):
                     "hour, e.g. the busiest minute over the hour's mean); default: demand.peak_to_mean_intra_hour")
     spot_allowed: bool = Field(True, description="may run on spot nodes where the scenario offers them (the "
                                "planner's call); false: never")
+    prompt_split_candidates_tokens: list[float] | None = Field(
+        None, description="prompt lengths at which the plan may split this workload into two pools of its own "
+                          "(prompts below / at or above), e.g. 4096;16384 (semicolon separated in CSV); the plan "
+                          "picks one or none")
+    prompt_part: PromptPart | None = Field(None, description="set by the plan: a part of a workload split at a "
+                                                             "prompt length")
     rationale: str | None = None
 
     _frac = field_validator("prompt_cache_hit_rate", "slo_attainment", mode="before")(fraction_before)
-    _pairs = field_validator("accepted_precisions", mode="before")(split_cell)
+    _pairs = field_validator("accepted_precisions", "prompt_split_candidates_tokens", mode="before")(split_cell)
+
+    @field_validator("prompt_split_candidates_tokens")
+    @classmethod
+    def _thresholds(cls, value):
+        if value is None:
+            return None
+        if len(value) > MAX_PROMPT_SPLIT_CANDIDATES:
+            raise ValueError(f"at most {MAX_PROMPT_SPLIT_CANDIDATES} candidate thresholds (each adds two workloads "
+                             f"to the program that chooses), got {len(value)}")
+        if any(not 1 < v < 10_000_000 for v in value):
+            raise ValueError(f"expected prompt lengths in tokens between 1 and 10,000,000, got {value}")
+        if len(set(value)) != len(value):
+            raise ValueError(f"expected distinct thresholds, got {value}")
+        return sorted(value) or None
 
     @field_validator("accepted_precisions")
     @classmethod

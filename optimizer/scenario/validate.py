@@ -293,6 +293,7 @@ def _cross_check(s: Scenario, raw: RawScenario) -> None:
             raise ScenarioError("shared_prefix_tokens is far longer than the prompts", origin, field="shared_prefix_tokens")
         if w.weight_dtype == "fp8" and not any(a.fp8_dense_tflops for a in s.accelerators.values()):
             raise ScenarioError("fp8 weights need an accelerator with FP8 support", origin, field="weight_dtype")
+        _check_prompt_split(s, w, origin)
     _check_fleet(s, raw)
     periods = {p.id for p in s.horizon.periods}
     day_types = {d.id for d in s.horizon.day_types}
@@ -311,6 +312,17 @@ def _cross_check(s: Scenario, raw: RawScenario) -> None:
             _check_ref("day type", row.day_type, day_types, origin, "day_type")
         _check_unique(seen, ("table", row.metro, row.workload, row.period, row.hour, row.day_type), i, raw,
                       "demand.table", "metro/workload/period/hour/day_type")
+
+
+def _check_prompt_split(s, w, origin) -> None:
+    """``prompt_part`` is the plan's, not an input; splits are not planned with KV-cache tiers
+    (the thresholds' shares: `optimizer.instance.checks`)."""
+    if w.prompt_part is not None:
+        raise ScenarioError("prompt_part is set by the plan when it splits a workload; expected it absent (write "
+                            "prompt_split_candidates_tokens to let the plan split)", origin, field="prompt_part")
+    if w.prompt_split_candidates_tokens and s.kv_cache.tiers:
+        raise ScenarioError("prompt-length splits are not planned together with kv_cache tiers; expected one of "
+                            "the two", origin, field="prompt_split_candidates_tokens")
 
 
 def _check_fleet(s: Scenario, raw: RawScenario) -> None:

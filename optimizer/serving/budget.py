@@ -33,10 +33,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from optimizer.base.units import MS_PER_S, Role, ServingMode
-from optimizer.curves.lengths import LengthDistribution
+from optimizer.curves.lengths import prompt_lengths
 from optimizer.curves.prefill_batch import chunked_prefill_s, riding_pass_s
 from optimizer.curves.roofline import attention_flops, decode_step_time_s, prefill_time_s
-from optimizer.curves.tail import Law, law, lognormal_points, quantile_s
+from optimizer.curves.tail import Law, law, lognormal_points, probability_edges, quantile_s
 from optimizer.curves.transfer import kv_transfer_time_s
 from optimizer.scenario import Scenario, Workload
 from optimizer.serving.configs import ServingConfig, kv_bytes_per_token, make_replica
@@ -66,8 +66,12 @@ class Prompts:
 def prompt_points(w: Workload, max_tokens: float) -> Prompts:
     """The lognormal prompt lengths on `PROMPT_POINTS` bins, each a hit (probability h) or a
     miss."""
-    lengths = LengthDistribution(w.isl_mean_tokens, w.isl_p99_tokens, max_tokens)
-    tokens, probs = lognormal_points(lengths.mu, lengths.sigma, PROMPT_POINTS, 1.0, max_tokens)
+    lengths = prompt_lengths(w, max_tokens)
+    if lengths.is_part:  # the bins' probabilities are the part's own
+        edges = probability_edges(PROMPT_POINTS)
+        tokens, probs = lengths.quantiles(0.5 * (edges[:-1] + edges[1:])), np.diff(edges)
+    else:
+        tokens, probs = lognormal_points(lengths.mu, lengths.sigma, PROMPT_POINTS, 1.0, max_tokens)
     hit = np.minimum(float(w.shared_prefix_tokens), np.maximum(tokens - 1.0, 0.0))
     h = w.prompt_cache_hit_rate
     return Prompts(np.concatenate((tokens, tokens)), np.concatenate((hit, np.zeros_like(tokens))),

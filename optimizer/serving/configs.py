@@ -34,7 +34,7 @@ from optimizer.curves import memory
 from optimizer.curves.batching import colocated_balance_batch, decode_operating_point
 from optimizer.curves.cache import cache_kv_share, p99_cached_tokens
 from optimizer.curves.expert_parallel import fabric
-from optimizer.curves.lengths import LengthDistribution, service_moments
+from optimizer.curves.lengths import LengthDistribution, prompt_lengths, service_moments
 from optimizer.curves.memory import kv_budget_bytes, max_concurrency, replica_kv_copies
 from optimizer.curves.prefill_batch import chunked_prefill_s, full_pass_s, p99_pass_s
 from optimizer.curves.roofline import (
@@ -238,7 +238,7 @@ class ServingConfig:
 
 def _lengths(w: Workload, m: Model):
     return (
-        LengthDistribution(w.isl_mean_tokens, w.isl_p99_tokens, m.max_context),
+        prompt_lengths(w, m.max_context),
         LengthDistribution(w.osl_mean_tokens, w.osl_p99_tokens, m.max_context),
     )
 

@@ -30,7 +30,7 @@ from optimizer.commands.verify.engine import fifo_pool, simulate_pool
 from optimizer.commands.verify.replicas import PoolSpec
 from optimizer.commands.verify.steps import StepModel, TabulatedSteps
 from optimizer.curves.cache import cache_kv_share
-from optimizer.curves.lengths import LengthDistribution
+from optimizer.curves.lengths import LengthDistribution, prompt_lengths
 from optimizer.curves.memory import kv_budget_bytes, replica_kv_copies
 from optimizer.curves.prefill_batch import pass_time_s
 from optimizer.curves.roofline import prefill_time_s
@@ -245,7 +245,7 @@ def simulate_group(model: PlanModel, g: Group, requests: int, seed: int, opt: Op
     lam = float(rates.sum())
     entry = [p for p in g.pools if p.role in (Role.PREFILL, Role.COLOCATED)]
     decode = [p for p in g.pools if p.role == Role.DECODE]
-    isl_dist = LengthDistribution(w.isl_mean_tokens, w.isl_p99_tokens, m.max_context)
+    isl_dist = prompt_lengths(w, m.max_context)
     osl_dist = LengthDistribution(w.osl_mean_tokens, w.osl_p99_tokens, m.max_context)
     flows = _flows(routes, rates, entry, decode)
     steady = _steady_states(model, w, entry, decode, flows.pool_rate)
