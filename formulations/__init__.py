@@ -53,7 +53,8 @@ from formulations.registry import Build, Terms
 
 __all__ = ["MODULES", "Build", "Commitment", "LinearProgram", "Mode", "Reading", "Replicas", "Terms",
            "build_program", "capacity_rows", "carbon_cap_row", "committed_columns", "demand_rows", "flow_columns",
-           "power_rows", "ramp_rows", "read_solution", "refresh", "route_columns", "structure", "unserved_columns", "write_solution"]
+           "power_rows", "prompt_option_columns", "ramp_rows", "read_solution", "refresh", "route_columns", "structure",
+           "unserved_columns", "write_solution"]
 
 MODULES = (prefill, colocated, decode, kvcache, routing, latency_tiers, procurement, scaling, resilience, capacity, power,
            carbon, churn)
@@ -138,6 +139,12 @@ def route_columns(lp: LinearProgram) -> dict:
 def carbon_cap_row(lp: LinearProgram) -> int | None:
     """The carbon cap's row (None where the program has none: no cap, or a one-state mode)."""
     return lp.rows.get("carbon_cap", {}).get(())
+
+
+def prompt_option_columns(lp: LinearProgram) -> dict[tuple[str, int], int]:
+    """(parent workload, option index) → the column of the option's weight (routing.py); empty
+    without prompt-length options."""
+    return dict(lp.cols.get("prompt_option", {}))
 
 
 def flow_columns(lp: LinearProgram) -> list[tuple[int, int]]:

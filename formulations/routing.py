@@ -16,6 +16,12 @@ Cost      unserved: 3600 · h_t · π_k · u   (π_k = penalty $/M tokens × mea
                  h_t the slice's hours, or a large notional weight in a site-loss state)
           egress:   3600 · h_t · e_k · x   (e_k = $/GB × bytes per output token × output tokens)
 Registers tier_inflow[(regime, s, k, τ, t)] += x.
+
+Prompt-length options (inst.prompt_options, only when the plan chooses a split): a parent
+workload p is served whole or split at one of its thresholds; option o's workloads carry
+demand as if o took all of p's, and the option's weight z[p,o] ∈ [0, 1] scales it:
+          Σ x[g,s,k,τ,t] + u[g,k,t] = z[p,o] · Σ_{m ∈ g} λ[m,k,t]   for k of option o,
+          Σ_o z[p,o] = 1.
 """
 
 from __future__ import annotations
@@ -77,12 +83,31 @@ def add_to(build) -> None:
             terms.add_cost("egress", col, Param("egress_usd_per_request", (k,), inst.seconds_per_hour * hours))
         if tie_break:
             terms.add_cost("tie_break", col, build.mode.tie_break_usd_per_gpu_hour * rtt[(who, site)] / inst.ms_per_s)
+    weight_of = _option_weights(lp, inst)
     for key, col in unserved.items():
         who, k, sid = key
         demand = Param("demand_rps", key)
-        lp.add_row("demand_balance", key, arcs_of.get((who, k, sid), []) + [(col, 1.0)], demand, demand)
+        if k in weight_of:
+            lp.add_row("demand_balance", key, arcs_of.get((who, k, sid), []) + [(col, 1.0), (weight_of[k], demand * -1.0)],
+                       0.0, 0.0)
+        else:
+            lp.add_row("demand_balance", key, arcs_of.get((who, k, sid), []) + [(col, 1.0)], demand, demand)
         terms.add_cost("unserved", col, Param("penalty_usd_per_request", (k,),
                                               inst.seconds_per_hour * inst.states[sid].penalty_hours))
+
+
+def _option_weights(lp, inst) -> dict:
+    """Workload → the column of its prompt-length option's weight, the weights of each parent
+    summing to one (module docstring); empty without options."""
+    weight_of = {}
+    for parent, options in sorted(inst.prompt_options.items()):
+        keys = [(parent, i) for i in range(len(options))]
+        cols = lp.add_cols("prompt_option", keys, upper=1.0)  # the block's columns so far, every parent's
+        lp.add_row("prompt_option_choice", (parent,), [(cols[key], 1.0) for key in keys], 1.0, 1.0)
+        for i, workloads in enumerate(options):
+            for k in workloads:
+                weight_of[k] = cols[(parent, i)]
+    return weight_of
 
 
 def refresh(lp, inst) -> list:
