@@ -18,11 +18,13 @@ from optimizer.commands.calibrate import band
 from optimizer.folder.read import read_plan, scenario_of
 from optimizer.geography.network import build_graph, rtt_matrix
 from optimizer.instance.build import Instance, build_instance
-from optimizer.instance.checks import preflight
+from optimizer.instance.checks import preflight, servable_splits
 from optimizer.instance.churn import limits_from
 from optimizer.instance.kvcache import cache_choice, cache_options, with_kv_cache
+from optimizer.instance.prompt_split import candidates, with_every_option, with_split
 from optimizer.results import Plan
 from optimizer.results.kvcache import kv_cache_summary, served_requests
+from optimizer.results.prompt_split import split_summary
 from optimizer.results.robust import to_nominal_world
 from optimizer.results.summary import plan_summary
 from optimizer.results.tables import plan_tables
@@ -35,6 +37,7 @@ from optimizer.scenario import (
 )
 from optimizer.solve import SolverSettings, solve
 from optimizer.solve.diagnosis import diagnose
+from optimizer.solve.prompt_split import option_weights
 from optimizer.solve.settings import FIRST_PLAN_STEPS, STEPS
 
 UNSERVED_TOLERANCE = 1e-6
@@ -169,6 +172,44 @@ def plan_instance(s: Scenario, raw: RawScenario, settings: SolverSettings, *, al
 
 def _plan_instance(s: Scenario, raw: RawScenario, settings: SolverSettings, *, allow_unserved, progress, cache,
                    previous, predictions) -> tuple[Plan, Instance]:
+    if not candidates(s):
+        return _plan_written(s, raw, settings, allow_unserved=allow_unserved, progress=progress, cache=cache,
+                             previous=previous, predictions=predictions)
+    say = progress or (lambda msg: None)
+    preflight(s, raw)
+    whole = {k: None for k in candidates(s)}
+    options, refused = servable_splits(s, raw)
+    chosen, weights = whole, None
+    if any(options.values()):
+        every, offered = with_every_option(s.model_copy(update={"workloads": {
+            k: w.model_copy(update={"prompt_split_candidates_tokens": options.get(k, w.prompt_split_candidates_tokens)})
+            for k, w in s.workloads.items()}}))
+        inst = build_instance(every, rtt_matrix(build_graph(every, raw.path.parent), every))
+        inst = replace(inst, prompt_options={p: [tuple(w for w, _ in o.parts) for o in opts] for p, opts in offered.items()})
+        weights = option_weights(inst, settings.cap_s, settings.threads, settings.backend)
+        chosen = {**whole, **{p: offered[p][i].threshold_tokens for p, i in weights.chosen().items()}}
+        weights = {p: {("whole" if o.threshold_tokens is None else f"{o.threshold_tokens:g}"): z
+                       for o, z in zip(offered[p], weights.weights[p])} for p in offered}
+        say("prompt-length split, the program's choice: " + "; ".join(
+            f"{p} {'whole' if t is None else f'split at {t:,.0f} tokens'} (weights "
+            + ", ".join(f"{o} {z:.2f}" for o, z in weights.get(p, {}).items()) + ")" for p, t in chosen.items()))
+    kw = dict(allow_unserved=allow_unserved, progress=progress, cache=cache, previous=previous, predictions=predictions)
+    plan, inst = _plan_written(with_split(s, whole), raw, settings, **kw)
+    whole_usd, split_usd = plan.summary["total_cost_usd"], None
+    if chosen != whole:
+        say(f"whole plan without a split: ${whole_usd:,.0f}; planning again with the split")
+        split_plan, split_inst = _plan_written(with_split(s, chosen), raw, settings, **kw)
+        split_usd = split_plan.summary["total_cost_usd"]
+        if split_usd < whole_usd:
+            plan, inst = split_plan, split_inst
+        say(f"with the split ${split_usd:,.0f}: " + ("kept" if plan is split_plan else "not kept"))
+    kept = chosen if split_usd is not None and split_usd < whole_usd else whole
+    plan.summary["prompt_split"] = split_summary(s, kept, chosen, weights, whole_usd, split_usd, refused)
+    return plan, inst
+
+
+def _plan_written(s: Scenario, raw: RawScenario, settings: SolverSettings, *, allow_unserved, progress, cache,
+                  previous, predictions) -> tuple[Plan, Instance]:
     say = progress or (lambda msg: None)
     # KV-cache tiers (kv_cache:): candidate caches the plan chooses among; the pre-solve optimum
     # gives the decode side and the checks their workloads

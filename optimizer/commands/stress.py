@@ -42,7 +42,7 @@ from optimizer.base.outputs import write_csv, write_text_atomic
 from optimizer.base.units import Role
 from optimizer.commands.calibrate import band
 from optimizer.commands.spot_stress import spot_stress, spot_stress_lines
-from optimizer.folder.read import read_plan
+from optimizer.folder.read import planned_scenario, read_plan, scenario_of
 from optimizer.folder.schema import OPTIONAL_TABLES, TABLES
 from optimizer.geography.network import build_graph, rtt_matrix
 from optimizer.results.latency import route_predictions
@@ -89,10 +89,11 @@ def perturbed_folder(plan_dir, out_dir, perturb=(), demand_factor=1.0, rtt_facto
     plan = read_plan(src)
     raw = RawScenario(plan.scenario_data, {}, src / "scenario.json")
     raw = apply_overrides(raw, expand(raw.data, list(perturb)), flag="--perturb")
-    s = validate(raw)
+    s = planned_scenario(validate(raw), plan.summary)
     rows = []
     if within_band:
         rows, s = _within_band(raw, s, within_band, seed)
+        s = planned_scenario(s, plan.summary)
     routing = plan.tables["routing"].copy()
     pools = plan.tables["pools"]
     pools = pools[pools["lost_site"].isna()].copy()
@@ -198,7 +199,7 @@ def analyze(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     slo.csv row), the share of its requests the pools can serve at all, and whether it meets
     both objectives in the workload's required share of requests."""
     plan = read_plan(folder)
-    s = validate(RawScenario(plan.scenario_data, {}, folder / "scenario.json"))
+    s = scenario_of(plan, folder)
     curves = plan.tables["curves"].set_index("id", drop=False)
     pools = plan.tables["pools"]
     pools = pools[pools["lost_site"].isna()] if "lost_site" in pools else pools

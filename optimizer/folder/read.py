@@ -33,7 +33,9 @@ from optimizer.base.sources import read_text
 from optimizer.base.spot import spot_loss
 from optimizer.base.units import Role
 from optimizer.folder.schema import OPTIONAL_TABLES, TABLE_COLUMNS, Column
+from optimizer.instance.prompt_split import candidates, with_split
 from optimizer.results import Plan
+from optimizer.results.prompt_split import recorded_split
 from optimizer.scenario import RawScenario, Scenario, validate
 
 REQUIRED = ("summary.json", "scenario.json") + tuple(f"{name}.csv" for name in TABLE_COLUMNS if name not in OPTIONAL_TABLES)
@@ -175,13 +177,21 @@ def read_plan(plan_dir: str | Path) -> Plan:
     file, row and column."""
     d = Path(plan_dir)
     summary, data, tables = read_folder(d)
-    check_consistency(d, validate(RawScenario(data, {}, d / "scenario.json")), tables)
+    check_consistency(d, planned_scenario(validate(RawScenario(data, {}, d / "scenario.json")), summary), tables)
     return Plan(summary, tables, data)
 
 
 def scenario_of(plan: Plan, plan_dir: str | Path) -> Scenario:
-    """The validated scenario a plan folder records (its scenario.json)."""
-    return validate(RawScenario(plan.scenario_data, {}, Path(plan_dir) / "scenario.json"))
+    """The validated scenario a plan folder records (its scenario.json), as the plan serves it:
+    each workload split at the prompt length the plan kept (`optimizer.instance.prompt_split`)."""
+    return planned_scenario(validate(RawScenario(plan.scenario_data, {}, Path(plan_dir) / "scenario.json")), plan.summary)
+
+
+def planned_scenario(s: Scenario, summary: dict) -> Scenario:
+    """``s`` with the prompt-length splits ``summary`` records (every workload with candidates
+    kept whole where it records none)."""
+    recorded = recorded_split(summary)
+    return with_split(s, {k: recorded.get(k) for k in candidates(s)})
 
 
 # ---------------------------------------------------------------------------- consistency

@@ -8,6 +8,7 @@ from pathlib import Path
 from optimizer.results.churn import churn_lines
 from optimizer.results.fleet import fleet_lines
 from optimizer.results.kvcache import kv_cache_lines
+from optimizer.results.prompt_split import prompt_split_lines
 from optimizer.results.spot import spot_line
 
 
@@ -66,6 +67,7 @@ def plan_text(sm: dict, out) -> str:
         *churn_lines(sm.get("churn")),
         *spot_line(sm.get("spot")),
         *kv_cache_lines(sm.get("kv_cache")),
+        *prompt_split_lines(sm.get("prompt_split")),
     ]
     lines += _robust_lines(sm)
     lines += _baseline_lines(sm)

@@ -36,9 +36,24 @@ def export_plan(plan_dir, fmt: str, out, *, slice_text: str | None = None, model
         if exc.origin is None:  # a pool the format cannot express: name the plan's table
             exc.origin = Origin(str(fleet.plan_dir / "pools.csv"))
         raise
+    routing = prompt_routing(fleet.scenario)
+    for parent in sorted({r["workload"] for r in routing}):
+        ctx.warnings.append(f"{parent} is split by prompt length: the gateway must send each request to the "
+                            "deployments of the part its prompt falls in (" + "; ".join(
+                                f"{r['deployments_of']}: {r['prompt_tokens_from']:,.0f} ≤ prompt tokens"
+                                + (f" < {r['prompt_tokens_below']:,.0f}" if r["prompt_tokens_below"] else "")
+                                for r in routing if r["workload"] == parent) + "; export.json prompt_routing)")
     meta = {"plan": str(fleet.plan_dir), "format": fmt, "slice": ctx.slice_text(), "warnings": ctx.warnings,
-            "from_plan": str(from_plan) if from_plan is not None else None}
+            "from_plan": str(from_plan) if from_plan is not None else None, "prompt_routing": routing}
     return write_export(files, meta, out), ctx
+
+
+def prompt_routing(s) -> list[dict]:
+    """The gateway's rules for workloads the plan split by prompt length: per part, the parent
+    its requests arrive as and the prompt lengths it takes (below: None, no upper end)."""
+    return [{"workload": w.prompt_part.parent, "deployments_of": k, "prompt_tokens_from": w.prompt_part.from_tokens,
+             "prompt_tokens_below": w.prompt_part.below_tokens}
+            for k, w in sorted(s.workloads.items()) if w.prompt_part is not None]
 
 
 def _rollout_files(old, ctx: ExportJob, fmt: str) -> dict[str, str]:

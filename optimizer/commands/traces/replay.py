@@ -57,12 +57,25 @@ def _stream(parts: list) -> Stream:
 def trace_arrivals(specs: list[TraceSpec], workloads, scale: str = "planned", **options) -> Trace:
     """Logs → a `Trace` source (`optimizer.commands.verify.arrivals`) for the plan's ``workloads``;
     ``options`` go to `Trace` (``jitter_gaps``)."""
-    parts = _streams(specs, workloads)
+    split = {k: w.prompt_part for k, w in workloads.items() if getattr(w, "prompt_part", None) is not None}
+    parts = _streams(specs, {**workloads, **{p.parent: None for p in split.values()}})
     streams = {key: _stream(p) for key, p in parts.items()}
     for k in {k for _, k in parts}:
         if (None, k) not in streams:
             streams[(None, k)] = _stream([x for (m, kk), p in parts.items() if kk == k for x in p])
+    for k, part in split.items():  # a part of a workload split by prompt length replays its prompts' range
+        for (m, parent), stream in list(streams.items()):
+            sub = _part_of(stream, part.from_tokens, part.below_tokens) if parent == part.parent else None
+            if sub is not None and len(sub.t_ns):
+                streams[(m, k)] = sub
     return Trace(streams, scale, **options)
+
+
+def _part_of(stream: Stream, from_tokens: float, below_tokens: float | None) -> Stream:
+    """The requests of ``stream`` whose prompts are from_tokens ≤ prompt < below_tokens."""
+    keep = (stream.isl >= from_tokens) & (stream.isl < (np.inf if below_tokens is None else below_tokens))
+    return Stream(stream.t_ns[keep], stream.isl[keep], stream.osl[keep],
+                  None if stream.cached is None else stream.cached[keep])
 
 
 def read_lengths(path, scenario) -> dict:

@@ -293,7 +293,31 @@ def verify_plan(plan_dir, slices="peak", requests=20000, seed=0, progress=None, 
     good, tokens = goodput_tokens(s, done)
     goodput = {k: good[k] / tokens[k] for k in tokens if tokens[k]}
     summary["token_billing"] = verified_token_billing(plan.summary.get("token_billing"), goodput)
-    return VerifyResult(tables, summary, done)
+    result = VerifyResult(tables, summary, done)
+    summary["prompt_split"] = split_rollup(s, result.side_by_side())
+    return result
+
+
+def split_rollup(s, side: pd.DataFrame) -> dict:
+    """Per workload the plan split at a prompt length: its attainments over both parts, each
+    part's weighted by its share of the requests (Σ f_i·a_i), against the workload's own
+    (Σ f_i·required_i, which the parts' objectives were set to keep); {} without splits."""
+    parts = {k: w.prompt_part for k, w in s.workloads.items() if w.prompt_part is not None}
+    if not parts or side.empty:
+        return {}
+    out: dict = {}
+    for row in side.itertuples(index=False):
+        part = parts.get(row.workload)
+        if part is None:
+            continue
+        b = out.setdefault(part.parent, {"parts": [], "required": 0.0, "ttft_attainment": 0.0, "itl_attainment": 0.0})
+        b["parts"].append(row.workload)
+        b["required"] += part.share * s.workloads[row.workload].slo_attainment
+        b["ttft_attainment"] += part.share * row.ttft_attainment
+        b["itl_attainment"] += part.share * row.itl_attainment
+    for b in out.values():
+        b["passes"] = bool(min(b["ttft_attainment"], b["itl_attainment"]) >= b["required"] - 1e-9)
+    return out
 
 
 def _expected_work(model: PlanModel, g: Group, requests: int, opt: Options) -> float:
