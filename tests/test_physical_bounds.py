@@ -52,6 +52,7 @@ from optimizer.scenario import (
 from optimizer.scenario.calibration.files import read_calibration
 from optimizer.scenario.calibration.params import PARAMETERS
 from optimizer.scenario.calibration.tables import LIMITS, NUMBERS, read_benchmark_csv
+from optimizer.scenario.catalogue import PromptPart
 from optimizer.scenario.experts import ExpertParallel, Mtp
 from optimizer.scenario.fields import accepted, range_text
 from optimizer.scenario.fleet import FleetRow, PricePath, Years
@@ -97,6 +98,8 @@ PLACES = {
 }
 # numeric fields with no range of their own, and why
 EXEMPT = {
+    **{(PromptPart, name): "set by the plan on the parts it writes; a scenario that writes prompt_part is refused"
+       for name in PromptPart.model_fields},
     (Scenario, "diurnal"): "each profile is divided by its peak: any finite, non-negative shape is one",
     (Serving, "calibration"): "a calibration file's content, checked when the file is read (test_calibration.py)",
 }

@@ -17,6 +17,7 @@ from scipy.stats import norm
 from optimizer.base.errors import ScenarioError
 from optimizer.commands.export import export_plan
 from optimizer.commands.pipeline import make_plan
+from optimizer.commands.report.plan_page import key_figures
 from optimizer.commands.stress import analyze
 from optimizer.commands.verify import verify_plan
 from optimizer.curves.lengths import LengthDistribution, prompt_lengths
@@ -26,6 +27,7 @@ from optimizer.geography.network import build_graph, rtt_matrix
 from optimizer.instance.build import build_instance
 from optimizer.instance.checks import preflight
 from optimizer.instance.prompt_split import SHORT_MISS_SHARE, part_attainments, part_ids, with_every_option, with_split
+from optimizer.results.prompt_split import prompt_split_lines
 from optimizer.scenario import load_scenario
 from optimizer.solve.prompt_split import option_weights
 
@@ -150,7 +152,8 @@ def test_a_threshold_that_leaves_a_part_empty_is_refused(setting, expected):
 
 
 @pytest.mark.parametrize("setting, expected", [
-    ("workloads.chat.prompt_split_candidates_tokens=[1,2,3,4,5]", "at most 4"),
+    ("workloads.chat.prompt_split_candidates_tokens=[2000,3000,4000,5000,6000]", "at most 4"),
+    ("workloads.chat.prompt_split_candidates_tokens=[1]", "more than 1"),
     ("workloads.chat.prompt_split_candidates_tokens=[4096,4096]", "distinct"),
 ])
 def test_bad_candidates_are_refused_naming_the_field(setting, expected):
@@ -260,3 +263,11 @@ def test_stress_and_export_read_the_split(split_plan, tmp_path):
     short_id, long_id = part_ids("chat", 16384.0)
     assert rules[short_id]["prompt_tokens_below"] == 16384.0 and rules[long_id]["prompt_tokens_from"] == 16384.0
     assert any("gateway" in w for w in meta["warnings"])
+
+
+def test_the_plan_text_and_the_report_name_the_split(split_plan):
+    summary = json.loads((split_plan / "summary.json").read_text())
+    text = "\n".join(prompt_split_lines(summary["prompt_split"]))
+    assert "split at 16,384 tokens" in text and "chat-ge16384" in text
+    figures = key_figures(summary).set_index("figure")["value"]
+    assert figures["prompt-length split of chat"].startswith("at 16,384 tokens")

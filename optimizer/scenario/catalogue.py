@@ -251,10 +251,11 @@ class Workload(Catalogued):
                     "hour, e.g. the busiest minute over the hour's mean); default: demand.peak_to_mean_intra_hour")
     spot_allowed: bool = Field(True, description="may run on spot nodes where the scenario offers them (the "
                                "planner's call); false: never")
-    prompt_split_candidates_tokens: list[float] | None = Field(
-        None, description="prompt lengths at which the plan may split this workload into two pools of its own "
-                          "(prompts below / at or above), e.g. 4096;16384 (semicolon separated in CSV); the plan "
-                          "picks one or none")
+    prompt_split_candidates_tokens: list[float] | None = bounded(
+        None, gt=1, lt=10_000_000, each=True, unit="tokens", why="a prompt of one token cannot be split",
+        description="prompt lengths at which the plan may split this workload into two pools of its own "
+                    "(prompts below / at or above), e.g. 4096;16384 (semicolon separated in CSV); the plan picks one "
+                    "or none")
     prompt_part: PromptPart | None = Field(None, description="set by the plan: a part of a workload split at a "
                                                              "prompt length")
     rationale: str | None = None
@@ -270,8 +271,6 @@ class Workload(Catalogued):
         if len(value) > MAX_PROMPT_SPLIT_CANDIDATES:
             raise ValueError(f"at most {MAX_PROMPT_SPLIT_CANDIDATES} candidate thresholds (each adds two workloads "
                              f"to the program that chooses), got {len(value)}")
-        if any(not 1 < v < 10_000_000 for v in value):
-            raise ValueError(f"expected prompt lengths in tokens between 1 and 10,000,000, got {value}")
         if len(set(value)) != len(value):
             raise ValueError(f"expected distinct thresholds, got {value}")
         return sorted(value) or None

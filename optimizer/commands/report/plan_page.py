@@ -75,8 +75,27 @@ def key_figures(s: dict) -> pd.DataFrame:
         ("solver mode", f.text(s.get("mode"))),
         ("overrides", ", ".join(map(str, s.get("overrides") or [])) or "none"),
         *kv_cache_figures(s.get("kv_cache")),
+        *prompt_split_figures(s.get("prompt_split")),
     ]
     return pd.DataFrame(rows, columns=["figure", "value"])
+
+
+def prompt_split_figures(block: dict | None) -> list[tuple[str, str]]:
+    """The prompt-length splits the plan weighed (none without candidates): the whole plans
+    with and without the split, and per workload the split kept and its parts."""
+    if not block:
+        return []
+    rows = [("whole plan without and with the prompt-length split",
+             f"{f.usd(block['whole_plan_usd'])} and "
+             + (f.usd(block["split_plan_usd"]) if block["split_plan_usd"] is not None else "no split chosen"))]
+    for k, b in block["workloads"].items():
+        if b["threshold_tokens"] is None:
+            rows.append((f"prompt-length split of {k}", "none: served whole"))
+            continue
+        parts = "; ".join(f"{wid}: {f.pct(p['share'])} of requests, mean prompt {f.count(p['isl_mean_tokens'])} tokens"
+                          for wid, p in b["parts"].items())
+        rows.append((f"prompt-length split of {k}", f"at {f.count(b['threshold_tokens'])} tokens — {parts}"))
+    return rows
 
 
 def kv_cache_figures(kv: dict | None) -> list[tuple[str, str]]:
