@@ -88,8 +88,8 @@ def add_to(build) -> None:
         who, k, sid = key
         demand = Param("demand_rps", key)
         if k in weight_of:
-            lp.add_row("demand_balance", key, arcs_of.get((who, k, sid), []) + [(col, 1.0), (weight_of[k], demand * -1.0)],
-                       0.0, 0.0)
+            weighted = [(col, 1.0), (weight_of[k], demand * -1.0)]
+            lp.add_row("demand_balance", key, arcs_of.get((who, k, sid), []) + weighted, 0.0, 0.0)
         else:
             lp.add_row("demand_balance", key, arcs_of.get((who, k, sid), []) + [(col, 1.0)], demand, demand)
         terms.add_cost("unserved", col, Param("penalty_usd_per_request", (k,),

@@ -26,7 +26,14 @@ from optimizer.folder.write import write_plan
 from optimizer.geography.network import build_graph, rtt_matrix
 from optimizer.instance.build import build_instance
 from optimizer.instance.checks import preflight
-from optimizer.instance.prompt_split import SHORT_MISS_SHARE, part_attainments, part_ids, with_every_option, with_split
+from optimizer.instance.prompt_split import (
+    SHORT_MISS_SHARE,
+    part_attainments,
+    part_ids,
+    program_options,
+    with_every_option,
+    with_split,
+)
 from optimizer.results.prompt_split import prompt_split_lines
 from optimizer.scenario import load_scenario
 from optimizer.solve.prompt_split import option_weights
@@ -164,8 +171,8 @@ def test_bad_candidates_are_refused_naming_the_field(setting, expected):
 
 def test_a_hand_written_part_is_refused(tmp_path):
     text = LONG.read_text().replace("      prompt_split_candidates_tokens: [4096, 8192, 16384]\n", (
-        "      prompt_part: {parent: chat, from_tokens: 0, below_tokens: 4096, share: 0.5, parent_isl_mean_tokens: 3000,"
-        " parent_isl_p99_tokens: 40000}\n"))
+        "      prompt_part: {parent: chat, from_tokens: 0, below_tokens: 4096, share: 0.5,"
+        " parent_isl_mean_tokens: 3000, parent_isl_p99_tokens: 40000}\n"))
     (tmp_path / "s.yaml").write_text(text)
     with pytest.raises(ScenarioError) as err:
         load_scenario(tmp_path / "s.yaml")
@@ -191,7 +198,7 @@ def test_candidates_read_from_a_csv_cell(long_prompts):
 def _weights(s, raw):
     every, offered = with_every_option(s)
     inst = build_instance(every, rtt_matrix(build_graph(every, raw.path.parent), every))
-    inst = replace(inst, prompt_options={p: [tuple(w for w, _ in o.parts) for o in opts] for p, opts in offered.items()})
+    inst = replace(inst, prompt_options=program_options(offered))
     return option_weights(inst, 60.0, 1), offered
 
 

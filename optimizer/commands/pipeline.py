@@ -21,7 +21,7 @@ from optimizer.instance.build import Instance, build_instance
 from optimizer.instance.checks import preflight, servable_splits
 from optimizer.instance.churn import limits_from
 from optimizer.instance.kvcache import cache_choice, cache_options, with_kv_cache
-from optimizer.instance.prompt_split import candidates, with_every_option, with_split
+from optimizer.instance.prompt_split import candidates, program_options, with_every_option, with_split
 from optimizer.results import Plan
 from optimizer.results.kvcache import kv_cache_summary, served_requests
 from optimizer.results.prompt_split import split_summary
@@ -185,7 +185,7 @@ def _plan_instance(s: Scenario, raw: RawScenario, settings: SolverSettings, *, a
             k: w.model_copy(update={"prompt_split_candidates_tokens": options.get(k, w.prompt_split_candidates_tokens)})
             for k, w in s.workloads.items()}}))
         inst = build_instance(every, rtt_matrix(build_graph(every, raw.path.parent), every))
-        inst = replace(inst, prompt_options={p: [tuple(w for w, _ in o.parts) for o in opts] for p, opts in offered.items()})
+        inst = replace(inst, prompt_options=program_options(offered))
         weights = option_weights(inst, settings.cap_s, settings.threads, settings.backend)
         chosen = {**whole, **{p: offered[p][i].threshold_tokens for p, i in weights.chosen().items()}}
         weights = {p: {("whole" if o.threshold_tokens is None else f"{o.threshold_tokens:g}"): z

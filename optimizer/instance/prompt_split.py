@@ -47,7 +47,14 @@ def part_ids(parent: str, threshold_tokens: float) -> tuple[str, str]:
 
 def candidates(s: Scenario) -> dict[str, list[float]]:
     """Per workload with candidate thresholds, the thresholds (ascending)."""
-    return {k: list(w.prompt_split_candidates_tokens) for k, w in s.workloads.items() if w.prompt_split_candidates_tokens}
+    return {k: list(w.prompt_split_candidates_tokens) for k, w in s.workloads.items()
+            if w.prompt_split_candidates_tokens}
+
+
+def program_options(offered: dict[str, list[SplitOption]]) -> dict[str, list[tuple[str, ...]]]:
+    """`with_every_option`'s options as the instance holds them (`Instance.prompt_options`):
+    per parent, each option's workloads."""
+    return {p: [tuple(w for w, _ in o.parts) for o in opts] for p, opts in offered.items()}
 
 
 def part_attainments(attainment: float, short_share: float) -> tuple[float, float]:
@@ -92,7 +99,8 @@ def _with_workloads(s: Scenario, replaced: dict[str, dict[str, Workload]]) -> Sc
     workloads = {}
     for k, w in s.workloads.items():
         workloads.update(replaced.get(k, {k: w}))
-    share = {wid: 1.0 if w.prompt_part is None else w.prompt_part.share for ws in replaced.values() for wid, w in ws.items()}
+    share = {wid: 1.0 if w.prompt_part is None else w.prompt_part.share
+             for ws in replaced.values() for wid, w in ws.items()}
 
     def copies(rows, scaled: bool):
         out = []

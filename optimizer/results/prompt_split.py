@@ -27,7 +27,8 @@ def split_summary(s, kept: dict, chosen: dict, weights, whole_usd: float, split_
                 part = split.workloads[wid]
                 lengths = prompt_lengths(part, s.models[part.model].max_context)
                 block["parts"][wid] = {"share": part.prompt_part.share, "slo_attainment": part.slo_attainment,
-                                       "isl_mean_tokens": part.isl_mean_tokens, "isl_median_tokens": lengths.quantile(0.5),
+                                       "isl_mean_tokens": part.isl_mean_tokens,
+                                       "isl_median_tokens": lengths.quantile(0.5),
                                        "isl_tail_tokens": part.isl_p99_tokens}
         workloads[k] = block
     return {"choice": "the master LP's option weights; the whole plan made with and without the chosen split, the "
@@ -45,8 +46,11 @@ def prompt_split_lines(block: dict | None) -> list[str]:
     if not block:
         return []
     whole, split = block["whole_plan_usd"], block["split_plan_usd"]
-    lines = ["  prompt-length split: " + (f"whole ${whole:,.0f}/year, split ${split:,.0f}/year ({100 * (split / whole - 1):+.1f} %)"
-                                          if split is not None else f"no split chosen (whole ${whole:,.0f}/year)")]
+    if split is None:
+        lines = [f"  prompt-length split: no split chosen (whole ${whole:,.0f}/year)"]
+    else:
+        lines = [f"  prompt-length split: whole ${whole:,.0f}/year, split ${split:,.0f}/year "
+                 f"({100 * (split / whole - 1):+.1f} %)"]
     for k, b in block["workloads"].items():
         weights = ", ".join(f"{o} {z:.2f}" for o, z in b["option_weights"].items())
         if b["threshold_tokens"] is None:
