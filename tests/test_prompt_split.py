@@ -190,6 +190,8 @@ def test_splits_and_kv_cache_tiers_are_not_planned_together(tmp_path):
 def test_candidates_read_from_a_csv_cell(long_prompts):
     s, _ = load_scenario(LONG, ["workloads.chat.prompt_split_candidates_tokens=16384;8192"])
     assert s.workloads["chat"].prompt_split_candidates_tokens == [8192.0, 16384.0]
+    s, _ = load_scenario(LONG, ["workloads.chat.prompt_split_candidates_tokens=16384"])
+    assert s.workloads["chat"].prompt_split_candidates_tokens == [16384.0]
 
 
 # ---------------------------------------------------------------------------- the program's choice
@@ -278,3 +280,16 @@ def test_the_plan_text_and_the_report_name_the_split(split_plan):
     assert "split at 16,384 tokens" in text and "chat-ge16384" in text
     figures = key_figures(summary).set_index("figure")["value"]
     assert figures["prompt-length split of chat"].startswith("at 16,384 tokens")
+
+
+def test_a_hand_edited_threshold_in_the_summary_is_a_one_line_error(split_plan, tmp_path):
+    import shutil
+
+    folder = tmp_path / "edited"
+    shutil.copytree(split_plan, folder)
+    summary = json.loads((folder / "summary.json").read_text())
+    summary["prompt_split"]["workloads"]["chat"]["threshold_tokens"] = "abc"
+    (folder / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(ScenarioError) as err:
+        read_plan(folder)
+    assert "summary.json" in str(err.value) and "threshold_tokens" in str(err.value) and "\n" not in str(err.value)

@@ -89,11 +89,11 @@ def perturbed_folder(plan_dir, out_dir, perturb=(), demand_factor=1.0, rtt_facto
     plan = read_plan(src)
     raw = RawScenario(plan.scenario_data, {}, src / "scenario.json")
     raw = apply_overrides(raw, expand(raw.data, list(perturb)), flag="--perturb")
-    s = planned_scenario(validate(raw), plan.summary)
+    s = planned_scenario(validate(raw), plan.summary, src)
     rows = []
     if within_band:
         rows, s = _within_band(raw, s, within_band, seed)
-        s = planned_scenario(s, plan.summary)
+        s = planned_scenario(s, plan.summary, src)
     routing = plan.tables["routing"].copy()
     pools = plan.tables["pools"]
     pools = pools[pools["lost_site"].isna()].copy()

@@ -177,21 +177,32 @@ def read_plan(plan_dir: str | Path) -> Plan:
     file, row and column."""
     d = Path(plan_dir)
     summary, data, tables = read_folder(d)
-    check_consistency(d, planned_scenario(validate(RawScenario(data, {}, d / "scenario.json")), summary), tables)
+    check_consistency(d, planned_scenario(validate(RawScenario(data, {}, d / "scenario.json")), summary, d), tables)
     return Plan(summary, tables, data)
 
 
 def scenario_of(plan: Plan, plan_dir: str | Path) -> Scenario:
     """The validated scenario a plan folder records (its scenario.json), as the plan serves it:
     each workload split at the prompt length the plan kept (`optimizer.instance.prompt_split`)."""
-    return planned_scenario(validate(RawScenario(plan.scenario_data, {}, Path(plan_dir) / "scenario.json")), plan.summary)
+    s = validate(RawScenario(plan.scenario_data, {}, Path(plan_dir) / "scenario.json"))
+    return planned_scenario(s, plan.summary, plan_dir)
 
 
-def planned_scenario(s: Scenario, summary: dict) -> Scenario:
-    """``s`` with the prompt-length splits ``summary`` records (every workload with candidates
-    kept whole where it records none)."""
+def planned_scenario(s: Scenario, summary: dict, plan_dir: str | Path = ".") -> Scenario:
+    """``s`` with the prompt-length splits ``summary`` (the folder's summary.json) records, each
+    one of the workload's candidates (every workload with candidates kept whole where it
+    records none)."""
     recorded = recorded_split(summary)
-    return with_split(s, {k: recorded.get(k) for k in candidates(s)})
+    chosen = {}
+    for k, thresholds in candidates(s).items():
+        t = recorded.get(k)
+        if t is not None and not (isinstance(t, (int, float)) and not isinstance(t, bool) and float(t) in thresholds):
+            raise ScenarioError(f"the plan records a split of {k} at {t!r} prompt tokens; expected none or one of its "
+                                f"candidates {', '.join(f'{x:g}' for x in thresholds)} (plan again)",
+                                Origin(str(Path(plan_dir) / "summary.json")),
+                                field=f"prompt_split.workloads.{k}.threshold_tokens")
+        chosen[k] = None if t is None else float(t)
+    return with_split(s, chosen)
 
 
 # ---------------------------------------------------------------------------- consistency

@@ -263,6 +263,12 @@ class Workload(Catalogued):
     _frac = field_validator("prompt_cache_hit_rate", "slo_attainment", mode="before")(fraction_before)
     _pairs = field_validator("accepted_precisions", "prompt_split_candidates_tokens", mode="before")(split_cell)
 
+    @field_validator("prompt_split_candidates_tokens", mode="before")
+    @classmethod
+    def _one_threshold(cls, value):
+        """A single number is a list of one (``--set …=16384``)."""
+        return [value] if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
     @field_validator("prompt_split_candidates_tokens")
     @classmethod
     def _thresholds(cls, value):
