@@ -179,20 +179,7 @@ def _plan_instance(s: Scenario, raw: RawScenario, settings: SolverSettings, *, a
     preflight(s, raw)
     whole = {k: None for k in candidates(s)}
     options, refused = servable_splits(s, raw)
-    chosen, weights = whole, None
-    if any(options.values()):
-        every, offered = with_every_option(s.model_copy(update={"workloads": {
-            k: w.model_copy(update={"prompt_split_candidates_tokens": options.get(k, w.prompt_split_candidates_tokens)})
-            for k, w in s.workloads.items()}}))
-        inst = build_instance(every, rtt_matrix(build_graph(every, raw.path.parent), every))
-        inst = replace(inst, prompt_options=program_options(offered))
-        weights = option_weights(inst, settings.cap_s, settings.threads, settings.backend)
-        chosen = {**whole, **{p: offered[p][i].threshold_tokens for p, i in weights.chosen().items()}}
-        weights = {p: {("whole" if o.threshold_tokens is None else f"{o.threshold_tokens:g}"): z
-                       for o, z in zip(offered[p], weights.weights[p])} for p in offered}
-        say("prompt-length split, the program's choice: " + "; ".join(
-            f"{p} {'whole' if t is None else f'split at {t:,.0f} tokens'} (weights "
-            + ", ".join(f"{o} {z:.2f}" for o, z in weights.get(p, {}).items()) + ")" for p, t in chosen.items()))
+    chosen, weights = (whole, None) if not any(options.values()) else _program_choice(s, raw, settings, options, say)
     kw = dict(allow_unserved=allow_unserved, progress=progress, cache=cache, previous=previous, predictions=predictions)
     plan, inst = _plan_written(with_split(s, whole), raw, settings, **kw)
     whole_usd, split_usd = plan.summary["total_cost_usd"], None
@@ -206,6 +193,25 @@ def _plan_instance(s: Scenario, raw: RawScenario, settings: SolverSettings, *, a
     kept = chosen if split_usd is not None and split_usd < whole_usd else whole
     plan.summary["prompt_split"] = split_summary(s, kept, chosen, weights, whole_usd, split_usd, refused)
     return plan, inst
+
+
+def _program_choice(s: Scenario, raw: RawScenario, settings: SolverSettings, options: dict, say) -> tuple[dict, dict]:
+    """The master LP over every servable prompt-length option (`optimizer.solve.prompt_split`):
+    (per workload with candidates the threshold of largest weight, None for whole; per workload
+    its options' weights keyed "whole" and by threshold)."""
+    every, offered = with_every_option(s.model_copy(update={"workloads": {
+        k: w.model_copy(update={"prompt_split_candidates_tokens": options.get(k, w.prompt_split_candidates_tokens)})
+        for k, w in s.workloads.items()}}))
+    inst = build_instance(every, rtt_matrix(build_graph(every, raw.path.parent), every))
+    program = option_weights(replace(inst, prompt_options=program_options(offered)), settings.cap_s,
+                             settings.threads, settings.backend)
+    chosen = {**dict.fromkeys(options), **{p: offered[p][i].threshold_tokens for p, i in program.chosen().items()}}
+    weights = {p: {("whole" if o.threshold_tokens is None else f"{o.threshold_tokens:g}"): z
+                   for o, z in zip(offered[p], program.weights[p])} for p in offered}
+    say("prompt-length split, the program's choice: " + "; ".join(
+        f"{p} {'whole' if t is None else f'split at {t:,.0f} tokens'} (weights "
+        + ", ".join(f"{o} {z:.2f}" for o, z in weights.get(p, {}).items()) + ")" for p, t in chosen.items()))
+    return chosen, weights
 
 
 def _plan_written(s: Scenario, raw: RawScenario, settings: SolverSettings, *, allow_unserved, progress, cache,
