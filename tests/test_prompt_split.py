@@ -257,6 +257,8 @@ def test_verify_serves_each_part_its_own_prompts_and_the_parent_keeps_its_attain
     rollup = result.summary["prompt_split"]["chat"]
     assert rollup["required"] == pytest.approx(0.99, abs=1e-9)
     assert rollup["ttft_attainment"] >= 0.99 and rollup["passes"]
+    # goodput counts each part by its traffic: about the attainment over both parts, not the parts' mean
+    assert result.summary["goodput_fraction"] == pytest.approx(rollup["ttft_attainment"], abs=0.01)
     side = result.side_by_side().set_index("workload")
     short_id, long_id = part_ids("chat", 16384.0)
     # the short part's tail is its own short prompts: far below the objective, the long part's above it
@@ -293,3 +295,23 @@ def test_a_hand_edited_threshold_in_the_summary_is_a_one_line_error(split_plan, 
     with pytest.raises(ScenarioError) as err:
         read_plan(folder)
     assert "summary.json" in str(err.value) and "threshold_tokens" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_goodput_weights_each_group_by_its_planned_traffic(long_prompts):
+    """Groups simulate about as many requests whatever their rate: a group of a tenth of the
+    traffic counts a tenth, not a half."""
+    from types import SimpleNamespace
+
+    from optimizer.commands.verify.tables import goodput_tokens
+
+    s, _ = long_prompts
+    objective = s.workloads["chat"].ttft_p99_ms
+
+    def result(rate, ttft_ms):
+        group = SimpleNamespace(workload="chat", routes=[SimpleNamespace(requests_per_s=rate)])
+        n = 100
+        return SimpleNamespace(group=group, ttft_ms=np.full(n, ttft_ms), tokens=np.full(n, 10.0),
+                               ok_gaps=np.full(n, 9.0))
+
+    good, tokens = goodput_tokens(s, [result(9.0, objective / 2), result(1.0, objective * 2)])
+    assert good["chat"] / tokens["chat"] == pytest.approx(0.9)

@@ -21,14 +21,18 @@ METRO_KEYS = ["metro", "workload"]
 
 
 def goodput_tokens(s, results) -> tuple[dict[str, float], dict[str, float]]:
-    """Per workload: simulated tokens delivered inside both objectives, and all simulated tokens."""
+    """Per workload: simulated tokens delivered inside both objectives, and all simulated tokens,
+    each group's counted requests weighted by its planned requests/s over their count — groups
+    simulate about the same number of requests whatever their traffic, so unweighted a small
+    group (a split's long prompts, a quiet site) would count as much as a busy one."""
     good: dict[str, float] = {}
     tokens: dict[str, float] = {}
     for r in results:
         k = r.group.workload
+        weight = sum(route.requests_per_s for route in r.group.routes) / max(len(r.ttft_ms), 1)
         met = r.ttft_ms <= s.workloads[k].ttft_p99_ms
-        good[k] = good.get(k, 0.0) + float((met * (1 + r.ok_gaps)).sum())
-        tokens[k] = tokens.get(k, 0.0) + float(r.tokens.sum())
+        good[k] = good.get(k, 0.0) + weight * float((met * (1 + r.ok_gaps)).sum())
+        tokens[k] = tokens.get(k, 0.0) + weight * float(r.tokens.sum())
     return good, tokens
 
 
