@@ -315,3 +315,24 @@ def test_goodput_weights_each_group_by_its_planned_traffic(long_prompts):
 
     good, tokens = goodput_tokens(s, [result(9.0, objective / 2), result(1.0, objective * 2)])
     assert good["chat"] / tokens["chat"] == pytest.approx(0.9)
+
+
+def test_a_log_replays_to_each_part_its_range_of_prompts(split_plan, tmp_path):
+    import pandas as pd
+
+    from optimizer.commands.traces.replay import trace_arrivals
+    from optimizer.scenario.trace_spec import TraceSpec
+
+    rng = np.random.default_rng(5)
+    prompts = LengthDistribution(3000.0, 40000.0, 131072).sample(rng, 4000)
+    stamps = pd.Timestamp("2024-05-02 03:00") + pd.to_timedelta(np.sort(rng.random(4000)) * 3600, unit="s")
+    log = tmp_path / "log.csv"
+    pd.DataFrame({"timestamp": stamps.strftime("%Y-%m-%d %H:%M:%S.%f"), "prompt_tokens": prompts,
+                  "completion_tokens": 500}).to_csv(log, index=False)
+    s = scenario_of(read_plan(split_plan), split_plan)
+    streams = trace_arrivals([TraceSpec(log, workload="chat")], s.workloads).streams
+    short_id, long_id = part_ids("chat", 16384.0)
+    short, long = streams[(None, short_id)], streams[(None, long_id)]
+    assert short.isl.max() < 16384 <= long.isl.min()
+    assert len(short.isl) + len(long.isl) == 4000
+    assert len(long.isl) / 4000 == pytest.approx(s.workloads[long_id].prompt_part.share, abs=0.012)
