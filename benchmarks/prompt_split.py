@@ -14,17 +14,14 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from optimizer.commands.pipeline import make_plan
 from optimizer.commands.verify import verify_plan
 from optimizer.folder.write import write_plan
-from optimizer.geography.network import build_graph, rtt_matrix
-from optimizer.instance.build import build_instance
-from optimizer.instance.prompt_split import program_options, with_every_option, with_split
+from optimizer.instance.prompt_split import with_split
 from optimizer.scenario import load_scenario
-from optimizer.solve.prompt_split import option_weights
+from optimizer.solve.prompt_split import weigh_options
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = {
@@ -40,22 +37,14 @@ CASES = {
 }
 
 
-def _lp_usd(s, raw, options=None) -> tuple[float, dict]:
-    inst = build_instance(s, rtt_matrix(build_graph(s, raw.path.parent), s))
-    if options is not None:
-        inst = replace(inst, prompt_options=program_options(options))
-    out = option_weights(inst, 600.0, 1)
-    return out.objective_usd, out.weights
-
-
 def case(name: str, path: Path, sets: list[str]) -> list[str]:
     s, raw = load_scenario(path, sets)
-    every, offered = with_every_option(s)
-    _, weights = _lp_usd(every, raw, offered)
+    program, offered = weigh_options(s, raw.path.parent, 600.0, 1)
     lines = []
     for parent, options in offered.items():
-        for o, z in zip(options, weights[parent]):
-            alone, _ = _lp_usd(with_split(s, {parent: o.threshold_tokens}), raw)
+        for o, z in zip(options, program.weights[parent]):
+            alone = weigh_options(with_split(s, {parent: o.threshold_tokens}), raw.path.parent, 600.0, 1)[0]
+            alone = alone.objective_usd
             label = "whole" if o.threshold_tokens is None else f"split at {o.threshold_tokens:,.0f}"
             lines.append(f"| {name} | {parent} | {label} | ${alone:,.0f} | {max(z, 0.0) + 0.0:.2f} |")
     t = time.perf_counter()

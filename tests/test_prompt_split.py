@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -23,20 +22,17 @@ from optimizer.commands.verify import verify_plan
 from optimizer.curves.lengths import LengthDistribution, prompt_lengths
 from optimizer.folder.read import read_plan, scenario_of
 from optimizer.folder.write import write_plan
-from optimizer.geography.network import build_graph, rtt_matrix
-from optimizer.instance.build import build_instance
 from optimizer.instance.checks import preflight
 from optimizer.instance.prompt_split import (
     SHORT_MISS_SHARE,
     part_attainments,
     part_ids,
-    program_options,
     with_every_option,
     with_split,
 )
 from optimizer.results.prompt_split import prompt_split_lines
 from optimizer.scenario import load_scenario
-from optimizer.solve.prompt_split import option_weights
+from optimizer.solve.prompt_split import weigh_options
 
 ROOT = Path(__file__).resolve().parent.parent
 LONG = ROOT / "data" / "scenarios" / "long-prompts.yaml"
@@ -198,16 +194,11 @@ def test_candidates_read_from_a_csv_cell(long_prompts):
 
 
 def _weights(s, raw):
-    every, offered = with_every_option(s)
-    inst = build_instance(every, rtt_matrix(build_graph(every, raw.path.parent), every))
-    inst = replace(inst, prompt_options=program_options(offered))
-    return option_weights(inst, 60.0, 1), offered
+    return weigh_options(s, raw.path.parent, 60.0, 1)
 
 
 def _fixed_lp(s, raw, threshold):
-    one = with_split(s, {"chat": threshold})
-    inst = build_instance(one, rtt_matrix(build_graph(one, raw.path.parent), one))
-    return option_weights(inst, 60.0, 1).objective_usd
+    return weigh_options(with_split(s, {"chat": threshold}), raw.path.parent, 60.0, 1)[0].objective_usd
 
 
 def test_the_program_weighs_the_options_and_never_costs_more_than_any_one(long_prompts):

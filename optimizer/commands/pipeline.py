@@ -21,7 +21,7 @@ from optimizer.instance.build import Instance, build_instance
 from optimizer.instance.checks import preflight, servable_splits
 from optimizer.instance.churn import limits_from
 from optimizer.instance.kvcache import cache_choice, cache_options, with_kv_cache
-from optimizer.instance.prompt_split import candidates, program_options, with_every_option, with_split
+from optimizer.instance.prompt_split import candidates, with_split
 from optimizer.results import Plan
 from optimizer.results.kvcache import kv_cache_summary, served_requests
 from optimizer.results.prompt_split import split_summary
@@ -37,7 +37,7 @@ from optimizer.scenario import (
 )
 from optimizer.solve import SolverSettings, solve
 from optimizer.solve.diagnosis import diagnose
-from optimizer.solve.prompt_split import option_weights
+from optimizer.solve.prompt_split import weigh_options
 from optimizer.solve.settings import FIRST_PLAN_STEPS, STEPS
 
 UNSERVED_TOLERANCE = 1e-6
@@ -199,12 +199,10 @@ def _program_choice(s: Scenario, raw: RawScenario, settings: SolverSettings, opt
     """The master LP over every servable prompt-length option (`optimizer.solve.prompt_split`):
     (per workload with candidates the threshold of largest weight, None for whole; per workload
     its options' weights keyed "whole" and by threshold)."""
-    every, offered = with_every_option(s.model_copy(update={"workloads": {
+    servable = s.model_copy(update={"workloads": {
         k: w.model_copy(update={"prompt_split_candidates_tokens": options.get(k, w.prompt_split_candidates_tokens)})
-        for k, w in s.workloads.items()}}))
-    inst = build_instance(every, rtt_matrix(build_graph(every, raw.path.parent), every))
-    program = option_weights(replace(inst, prompt_options=program_options(offered)), settings.cap_s,
-                             settings.threads, settings.backend)
+        for k, w in s.workloads.items()}})
+    program, offered = weigh_options(servable, raw.path.parent, settings.cap_s, settings.threads, settings.backend)
     chosen = {**dict.fromkeys(options), **{p: offered[p][i].threshold_tokens for p, i in program.chosen().items()}}
     weights = {p: {("whole" if o.threshold_tokens is None else f"{o.threshold_tokens:g}"): z
                    for o, z in zip(offered[p], program.weights[p])} for p in offered}

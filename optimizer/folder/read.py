@@ -196,7 +196,7 @@ def planned_scenario(s: Scenario, summary: dict, plan_dir: str | Path = ".") -> 
     chosen = {}
     for k, thresholds in candidates(s).items():
         t = recorded.get(k)
-        if t is not None and not (isinstance(t, (int, float)) and not isinstance(t, bool) and float(t) in thresholds):
+        if t is not None and t not in thresholds:
             raise ScenarioError(f"the plan records a split of {k} at {t!r} prompt tokens; expected none or one of its "
                                 f"candidates {', '.join(f'{x:g}' for x in thresholds)} (plan again)",
                                 Origin(str(Path(plan_dir) / "summary.json")),

@@ -67,9 +67,11 @@ def _check_prompt_split(s: Scenario, raw: RawScenario, wid: str) -> None:
     """Each candidate threshold leaves both parts enough requests for pools of their own and
     sits inside the model's context."""
     w = s.workloads[wid]
+    if not w.prompt_split_candidates_tokens:
+        return
     context = s.models[w.model].max_context
     lengths = prompt_lengths(w, context)
-    for t in w.prompt_split_candidates_tokens or []:
+    for t in w.prompt_split_candidates_tokens:
         short = lengths.cdf(t)
         if t >= context or min(short, 1.0 - short) < MIN_PROMPT_PART_SHARE:
             raise ScenarioError(

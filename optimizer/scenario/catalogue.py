@@ -12,8 +12,8 @@ from optimizer.base.precision import KV_FORMATS, WEIGHT_FORMATS
 from optimizer.scenario.fields import MAX_P99_OVER_MEAN, Catalogued, Strict, bounded, fraction_before, latency_ms_check
 
 WeightFormat = Literal[WEIGHT_FORMATS]
-MAX_PROMPT_SPLIT_CANDIDATES = 4
 KvFormat = Literal[KV_FORMATS]
+MAX_PROMPT_SPLIT_CANDIDATES = 4  # each adds two workloads to the program that chooses
 
 
 def split_cell(value):
@@ -209,7 +209,7 @@ class Supply(Catalogued):
 
 
 class PromptPart(Strict):
-    """Set by the plan (`optimizer.scenario.prompt_split`), never written by hand: this workload
+    """Set by the plan (`optimizer.instance.prompt_split`), never written by hand: this workload
     is the part of ``parent`` whose prompts are from_tokens ≤ length < below_tokens (None: no
     upper end), ``share`` of its requests; its lengths are the parent's lognormal conditioned
     on that range (`optimizer.curves.lengths.LengthDistribution.part`)."""

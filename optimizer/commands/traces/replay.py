@@ -57,7 +57,7 @@ def _stream(parts: list) -> Stream:
 def trace_arrivals(specs: list[TraceSpec], workloads, scale: str = "planned", **options) -> Trace:
     """Logs → a `Trace` source (`optimizer.commands.verify.arrivals`) for the plan's ``workloads``;
     ``options`` go to `Trace` (``jitter_gaps``)."""
-    split = {k: w.prompt_part for k, w in workloads.items() if getattr(w, "prompt_part", None) is not None}
+    split = {k: w.prompt_part for k, w in workloads.items() if w.prompt_part is not None}
     parts = _streams(specs, {**workloads, **{p.parent: None for p in split.values()}})
     streams = {key: _stream(p) for key, p in parts.items()}
     for k in {k for _, k in parts}:
@@ -65,8 +65,10 @@ def trace_arrivals(specs: list[TraceSpec], workloads, scale: str = "planned", **
             streams[(None, k)] = _stream([x for (m, kk), p in parts.items() if kk == k for x in p])
     for k, part in split.items():  # a part of a workload split by prompt length replays its prompts' range
         for (m, parent), stream in list(streams.items()):
-            sub = _part_of(stream, part.from_tokens, part.below_tokens) if parent == part.parent else None
-            if sub is not None and len(sub.t_ns):
+            if parent != part.parent:
+                continue
+            sub = _part_of(stream, part.from_tokens, part.below_tokens)
+            if len(sub.t_ns):
                 streams[(m, k)] = sub
     return Trace(streams, scale, **options)
 

@@ -29,8 +29,8 @@ def verify_text(result, plan_dir) -> str:
                      "finish their cold start; the routes of that state are the slice's, scaled to its flows")
     for parent, b in (sm.get("prompt_split") or {}).items():
         lines.append(f"{parent}, split by prompt length into {' and '.join(b['parts'])}: over both parts TTFT "
-                     f"attainment {b['ttft_attainment']:.4f}, ITL {b['itl_attainment']:.4f} (required {b['required']:.4f}) → "
-                     + ("met" if b["passes"] else "MISSED"))
+                     f"attainment {b['ttft_attainment']:.4f}, ITL {b['itl_attainment']:.4f} "
+                     f"(required {b['required']:.4f}) → " + ("met" if b["passes"] else "MISSED"))
     lines.append(_attainment(sm, f", goodput {sm['goodput_fraction']:.4f}"))
     lines.append(f"written: {Path(plan_dir) / ('verify_spot_loss.csv' if state else 'verify.csv')}")
     return "\n".join(lines)
