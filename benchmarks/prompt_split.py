@@ -69,6 +69,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default=",".join(CASES), help="comma-separated names among " + ", ".join(CASES))
     args = ap.parse_args()
+    unknown = [n for n in args.cases.split(",") if n not in CASES]
+    if unknown:
+        ap.error(f"unknown case {unknown[0]!r}; expected names among {', '.join(CASES)}")
     print("| scenario | workload | option | master LP, the scenario with this option alone, $/year "
           "| program's weight |")
     print("|---|---|---|---|---|")

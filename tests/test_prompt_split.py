@@ -327,3 +327,22 @@ def test_a_log_replays_to_each_part_its_range_of_prompts(split_plan, tmp_path):
     assert short.isl.max() < 16384 <= long.isl.min()
     assert len(short.isl) + len(long.isl) == 4000
     assert len(long.isl) / 4000 == pytest.approx(s.workloads[long_id].prompt_part.share, abs=0.012)
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d.update(prompt_split="x"), "prompt_split.workloads"),
+    (lambda d: d["prompt_split"].update(workloads=[]), "prompt_split.workloads"),
+    (lambda d: d["prompt_split"]["workloads"].update(chat={}), "prompt_split.workloads.chat.threshold_tokens"),
+    (lambda d: d["prompt_split"]["workloads"].update(chat=5), "prompt_split.workloads.chat.threshold_tokens"),
+])
+def test_a_malformed_split_record_is_a_one_line_error(split_plan, tmp_path, edit, field):
+    import shutil
+
+    folder = tmp_path / "edited"
+    shutil.copytree(split_plan, folder)
+    summary = json.loads((folder / "summary.json").read_text())
+    edit(summary)
+    (folder / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(ScenarioError) as err:
+        read_plan(folder)
+    assert f"field '{field}'" in str(err.value) and "summary.json" in str(err.value) and "\n" not in str(err.value)

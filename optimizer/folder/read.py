@@ -35,7 +35,6 @@ from optimizer.base.units import Role
 from optimizer.folder.schema import OPTIONAL_TABLES, TABLE_COLUMNS, Column
 from optimizer.instance.prompt_split import candidates, with_split
 from optimizer.results import Plan
-from optimizer.results.prompt_split import recorded_split
 from optimizer.scenario import RawScenario, Scenario, validate
 
 REQUIRED = ("summary.json", "scenario.json") + tuple(f"{name}.csv" for name in TABLE_COLUMNS if name not in OPTIONAL_TABLES)
@@ -189,17 +188,23 @@ def scenario_of(plan: Plan, plan_dir: str | Path) -> Scenario:
 
 
 def planned_scenario(s: Scenario, summary: dict, plan_dir: str | Path = ".") -> Scenario:
-    """``s`` with the prompt-length splits ``summary`` (the folder's summary.json) records, each
-    one of the workload's candidates (every workload with candidates kept whole where it
-    records none)."""
-    recorded = recorded_split(summary)
+    """``s`` with the prompt-length splits ``summary`` (the folder's summary.json) records in
+    ``prompt_split.workloads.<id>.threshold_tokens``, each none or one of the workload's
+    candidates (every workload with candidates kept whole where the summary has no block)."""
+    where = Origin(str(Path(plan_dir) / "summary.json"))
+    block = summary.get("prompt_split")
+    recorded = block.get("workloads") if isinstance(block, dict) else None
+    if block is not None and not isinstance(recorded, dict):
+        raise ScenarioError("expected the prompt-length splits as a mapping of workloads (plan again)", where,
+                            field="prompt_split.workloads")
     chosen = {}
     for k, thresholds in candidates(s).items():
-        t = recorded.get(k)
+        entry = (recorded or {}).get(k, {"threshold_tokens": None})
+        t = entry.get("threshold_tokens", ...) if isinstance(entry, dict) else entry
         if t is not None and t not in thresholds:
-            raise ScenarioError(f"the plan records a split of {k} at {t!r} prompt tokens; expected none or one of its "
-                                f"candidates {', '.join(f'{x:g}' for x in thresholds)} (plan again)",
-                                Origin(str(Path(plan_dir) / "summary.json")),
+            said = "no threshold" if t is ... else f"a split at {t!r} prompt tokens"
+            raise ScenarioError(f"the plan records {said} for {k}; expected none (whole) or one of its candidates "
+                                f"{', '.join(f'{x:g}' for x in thresholds)} (plan again)", where,
                                 field=f"prompt_split.workloads.{k}.threshold_tokens")
         chosen[k] = None if t is None else float(t)
     return with_split(s, chosen)

@@ -36,11 +36,6 @@ def split_summary(s, kept: dict, chosen: dict, weights, whole_usd: float, split_
             "workloads": workloads, "refused": refused}
 
 
-def recorded_split(summary: dict) -> dict[str, float | None]:
-    """Per parent the threshold a plan folder's summary says the plan kept (None: whole)."""
-    return {k: b["threshold_tokens"] for k, b in (summary.get("prompt_split") or {}).get("workloads", {}).items()}
-
-
 def prompt_split_lines(block: dict | None) -> list[str]:
     """The plan text's lines on prompt-length splits (none without candidates)."""
     if not block:
